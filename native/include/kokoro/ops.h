@@ -1,0 +1,172 @@
+// The op interface of the native engine: one function per op, grouped by op
+// family (one .cu file per family under native/ops/). Model parts
+// (native/model/) compose these ops; the Python CPU backend (kokoro_gpu/ops/)
+// holds the reference implementation of every one of them.
+//
+// Conventions, shared by every op:
+// - All tensors are float32 device pointers, dense, row-major.
+// - Sequences in the convolutional parts are channels-first: [C, T] (the
+//   PyTorch [1, C, T] layout without the batch axis). Linear layers and
+//   attention work on time-major [T, C] rows.
+// - Weights are in PyTorch's layout with weight norm already folded:
+//   Linear [out, in], Conv1d [Cout, Cin/groups, K], ConvTranspose1d
+//   [Cin, Cout/groups, K].
+// - Every op is enqueued on `stream` and returns immediately; launch errors
+//   are checked (KOKORO_CHECK_LAUNCH) and thrown as kokoro::CudaError.
+// - Output buffers never alias inputs unless the op says "in place".
+#pragma once
+
+#include <cstdint>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+namespace kokoro::ops {
+
+// ---------------------------------------------------------------- linear.cu
+// y[rows, out] = x[rows, in] @ w[out, in]^T (+ b[out]) (+ beta * y). Plain GEMM
+// on cuBLAS (the one vendor op besides the FFTs). `b` may be null.
+void linear(cublasHandle_t handle, const float* x, const float* w, const float* b, float* y,
+            int rows, int in, int out, cudaStream_t stream, float beta = 0.f);
+
+// ------------------------------------------------------------ elementwise.cu
+// out[t, :] = table[ids[t], :] for t < T.
+void embedding(const int32_t* ids, const float* table, float* out, int T, int dim,
+               cudaStream_t stream);
+// out[t, :] = word[ids[t]] + pos[t] + type0, for ALBERT's embeddings.
+void albert_embeddings(const int32_t* ids, const float* word, const float* pos,
+                       const float* type0, float* out, int T, int dim, cudaStream_t stream);
+// In place, tanh form of GELU (HF "gelu_new").
+void gelu_new(float* x, int64_t n, cudaStream_t stream);
+// y = x >= 0 ? x : slope * x (y may equal x).
+void leaky_relu(const float* x, float* y, int64_t n, float slope, cudaStream_t stream);
+// out = (a + b) * scale (out may equal a or b).
+void add_scaled(const float* a, const float* b, float* out, int64_t n, float scale,
+                cudaStream_t stream);
+// Copy a [rows, cols] block between row pitches (concatenation along
+// channels, slicing). Pitches in elements.
+void copy_rows(const float* src, int src_pitch, float* dst, int dst_pitch, int rows, int cols,
+               cudaStream_t stream);
+// out[c, t] = in[t, c]: [T, C] -> [C, T].
+void transpose(const float* in, float* out, int rows, int cols, cudaStream_t stream);
+// Duration head: dur[t] = max(1, round_half_even(sum_j sigmoid(logits[t, j]) / speed)).
+void durations_from_logits(const float* logits, int T, int max_dur, float speed,
+                           int32_t* dur, cudaStream_t stream);
+// frame_token[f] = token index covering frame f, from per-token durations
+// (the alignment matrix as an index map). Frames beyond sum(dur) untouched.
+void frame_token_index(const int32_t* dur, int T, int32_t* frame_token, cudaStream_t stream);
+// out[c, f] = x[c, frame_token[f]]: x [C, T] expanded to [C, F] (x @ aln).
+void expand_frames(const float* x, const int32_t* frame_token, float* out, int C, int T, int F,
+                   cudaStream_t stream);
+// Nearest-neighbour upsampling along time: [C, T] -> [C, T * scale].
+void upsample_nearest(const float* x, float* out, int C, int T, int scale, cudaStream_t stream);
+// PyTorch F.interpolate(mode="linear", scale_factor=scale, align_corners=False):
+// [C, Tin] -> [C, floor(Tin * scale)], source index (j + 0.5) / scale - 0.5 clamped.
+void interpolate_linear(const float* x, float* out, int C, int Tin, int Tout, double scale,
+                        cudaStream_t stream);
+// ReflectionPad1d((left, right)) along time: [C, T] -> [C, left + T + right].
+void reflection_pad(const float* x, float* out, int C, int T, int left, int right,
+                    cudaStream_t stream);
+
+// ------------------------------------------------------------------ norm.cu
+// Layer norm of each row of a [rows, cols] matrix over its cols:
+// y = (x - mean) / sqrt(var + eps) * (1 + style_gamma) * gamma + beta + style_beta,
+// where each of gamma, beta, style_gamma, style_beta may be null (identity).
+// gamma/beta are the affine parameters; style_gamma/style_beta (AdaLayerNorm)
+// come from a style projection. y may equal x.
+void layer_norm_rows(const float* x, float* y, int rows, int cols, const float* gamma,
+                     const float* beta, const float* style_gamma, const float* style_beta,
+                     float eps, cudaStream_t stream);
+// Same over the channel axis of a channels-first [C, T] tensor (text encoder's
+// LayerNorm, AdaLayerNorm on [C, T]).
+void layer_norm_channels(const float* x, float* y, int C, int T, const float* gamma,
+                         const float* beta, const float* style_gamma, const float* style_beta,
+                         float eps, cudaStream_t stream);
+
+// Activation applied after AdaIN (fused into the same kernel).
+enum class Activation { kNone = 0, kLeakyRelu = 1, kSnake = 2 };
+
+// AdaIN1d: instance norm over time per channel (eps 1e-5, biased variance),
+// then (1 + gamma[c]) * xhat + beta[c], with style[0:C] = gamma and
+// style[C:2C] = beta; then the activation: LeakyReLU(act_slope) or Snake
+// x + sin(alpha[c] x)^2 / alpha[c]. x, y: [C, T]; y may equal x.
+void adain(const float* x, float* y, int C, int T, const float* style, Activation act,
+           float act_slope, const float* alpha, cudaStream_t stream);
+
+// ------------------------------------------------------------------ conv.cu
+// Conv1d: x [Cin, Tin] -> y [Cout, Tout], Tout = (Tin + 2 pad - dil (K - 1) - 1) / stride + 1.
+// w [Cout, Cin / groups, K]; b [Cout] or null. If `residual` is non-null,
+// y = conv(x) + residual (residual [Cout, Tout], may equal y).
+void conv1d(const float* x, const float* w, const float* b, float* y, int Cin, int Cout, int Tin,
+            int K, int stride, int pad, int dilation, int groups, const float* residual,
+            cudaStream_t stream);
+int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation);
+// ConvTranspose1d: x [Cin, Tin] -> y [Cout, Tout],
+// Tout = (Tin - 1) stride - 2 pad + (K - 1) + output_padding + 1.
+// w [Cin, Cout / groups, K]; b [Cout] or null.
+void conv_transpose1d(const float* x, const float* w, const float* b, float* y, int Cin, int Cout,
+                      int Tin, int K, int stride, int pad, int output_padding, int groups,
+                      cudaStream_t stream);
+int conv_transpose1d_out_len(int Tin, int K, int stride, int pad, int output_padding);
+
+// ------------------------------------------------------------------ lstm.cu
+// Bidirectional single-layer LSTM, PyTorch gate order (i, f, g, o), zero
+// initial state. x [T, In]; w_ih [2, 4H, In], w_hh [2, 4H, H], b [2, 4H]
+// (b_ih + b_hh folded at load); out [T, 2H] (forward half then reverse half).
+// The input projection is one GEMM for both directions; the whole time loop
+// runs on the device. `scratch` holds at least lstm_scratch_floats(T, H).
+void lstm_bidirectional(cublasHandle_t handle, const float* x, const float* w_ih,
+                        const float* w_hh, const float* b, float* out, int T, int In, int H,
+                        float* scratch, cudaStream_t stream);
+int64_t lstm_scratch_floats(int T, int H);
+
+// ------------------------------------------------------------- attention.cu
+// Bidirectional multi-head attention on packed projections:
+// q, k, v [T, heads * head_dim] -> out [T, heads * head_dim],
+// softmax(q k^T / sqrt(head_dim) + mask) v, where keys at positions >=
+// valid_len get the additive mask (HF's large negative value).
+void attention(const float* q, const float* k, const float* v, float* out, int T, int heads,
+               int head_dim, int valid_len, cudaStream_t stream);
+
+// ------------------------------------------------------------------ stft.cu
+// Forward STFT of a signal (n_fft 20, hop 5, periodic Hann, centred with
+// reflect padding) as magnitude and phase: x [N] -> out [2 * (n_fft/2 + 1), frames]
+// (magnitudes first, then atan2 phases), frames = N / hop + 1. Batched cuFFT.
+class Stft {
+public:
+    Stft(int n_fft, int hop);
+    ~Stft();
+    Stft(const Stft&) = delete;
+    Stft& operator=(const Stft&) = delete;
+    int frames(int n) const { return n / hop_ + 1; }
+    // Forward: magnitude and phase of x [n].
+    void forward(const float* x, int n, float* out, cudaStream_t stream);
+    // Spectral head + inverse: logits [2 * (n_fft/2 + 1), frames] ->
+    // spec = exp(logits[:bins]), phase = sin(logits[bins:]), complex spectrum
+    // spec * e^{i phase}, inverse FFT, window, overlap-add, divided by the
+    // window-square envelope, centre trimmed: audio [hop * (frames - 1)].
+    void inverse_from_logits(const float* logits, int frames, float* audio, cudaStream_t stream);
+
+private:
+    void ensure_plans(int frames);
+    int n_fft_, hop_, planned_frames_ = 0;
+    int fwd_plan_ = 0, inv_plan_ = 0;  // cufftHandle
+    float* window_ = nullptr;          // device [n_fft]
+    float* frames_buf_ = nullptr;      // device scratch, sized by ensure_plans
+    float* spectrum_buf_ = nullptr;    // device complex scratch (interleaved)
+};
+
+// ---------------------------------------------------------------- source.cu
+// The harmonic-plus-noise source (SineGen + l_linear + tanh) from the frame
+// F0 curve: f0 [Tf] (already the decoder's 2F-rate curve) upsampled x `upp`
+// (nearest) to n = Tf * upp samples; harmonics k = 1..n_harm; phases
+// accumulated by a parallel scan in double precision; initial phases of
+// harmonics 2..n_harm and gaussian noise from a counter-based generator keyed
+// by `seed` (both zero when deterministic); out [n] = tanh(lin_w . sines + lin_b).
+void harmonic_source(const float* f0, int Tf, int upp, int n_harm, int sample_rate,
+                     float sine_amp, float noise_std, float voiced_threshold,
+                     const float* lin_w, const float* lin_b, bool deterministic, uint64_t seed,
+                     float* out, double* scratch, cudaStream_t stream);
+int64_t harmonic_source_scratch_doubles(int Tf, int upp, int n_harm);
+
+}  // namespace kokoro::ops
