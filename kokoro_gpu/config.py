@@ -70,8 +70,10 @@ class ModelConfig:
                 raw=dict(d),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise CheckpointError(f"config is missing or has a malformed field ({e!r}); "
-                                  "use the config.json that belongs to the checkpoint") from None
+            raise CheckpointError(
+                f"config is missing or has a malformed field ({e!r}); "
+                "use the config.json that belongs to the checkpoint"
+            ) from None
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> ModelConfig:

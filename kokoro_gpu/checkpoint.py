@@ -1,0 +1,257 @@
+"""Checkpoint loading: files -> validated, folded float32 weights; model resolution.
+
+The official ``kokoro-v1_0.pth`` holds five state dicts (``bert``,
+``bert_encoder``, ``predictor``, ``text_encoder``, ``decoder``) with a
+``module.`` prefix on every key and weight norm stored as ``weight_g`` /
+``weight_v`` (or ``parametrizations.weight.original0`` / ``original1``).
+:func:`fold_official` turns that into the folded layout of docs/DESIGN.md that
+every backend consumes; :func:`load_checkpoint` reads it from a ``.pth`` (torch
+never imported) or a ``.safetensors`` file first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import DEFAULT_CONFIG_PATH, ModelConfig
+from .errors import CheckpointError, KokoroError
+from .layout import folded_layout, split_folded_name, weight_norm_names
+from .pth import read_pth
+
+DEFAULT_REPO_ID = "hexgrad/Kokoro-82M"
+MODEL_FILENAME = "kokoro-v1_0.pth"
+CHECKPOINT_SUFFIXES = (".pth", ".safetensors")
+
+# Weight-norm parameter suffix -> which half of the (g, v) pair it is.
+_WEIGHT_NORM_SUFFIXES = {
+    ".weight_g": "g",
+    ".weight_v": "v",
+    ".parametrizations.weight.original0": "g",
+    ".parametrizations.weight.original1": "v",
+}
+_MODULE_PREFIX = "module."
+_LISTED = 4  # names shown per category in a layout error
+
+
+def flatten_official(state: Any, source: str = "checkpoint") -> dict[str, np.ndarray]:
+    """``{top: {key: array}}`` (as in the .pth) or already flat ``{top.key: array}`` -> flat dict."""
+    if not isinstance(state, Mapping):
+        raise CheckpointError(f"{source}: expected a dict of state dicts, found {type(state).__name__}; "
+                              "pass a Kokoro checkpoint")
+    flat: dict[str, np.ndarray] = {}
+    for key, value in state.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten_official({f"{key}.{k}": v for k, v in value.items()}, source))
+        elif isinstance(value, np.ndarray):
+            flat[str(key)] = value
+        else:
+            raise CheckpointError(f"{source}: entry {key!r} is a {type(value).__name__}, not a tensor; "
+                                  "pass a Kokoro checkpoint")
+    return flat
+
+
+def fold_weight_norm(g: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``g * v / ||v||`` as float32, the norm over every axis but 0 (accumulated in float64).
+
+    Axis 0 is the output channel of a Conv1d weight ``[Cout, Cin/groups, K]`` but the
+    input channel of a ConvTranspose1d weight ``[Cin, Cout/groups, K]``; PyTorch's
+    weight_norm (dim 0) uses axis 0 for both, and so does this.
+    """
+    norm = np.sqrt(np.square(v.reshape(v.shape[0], -1), dtype=np.float64).sum(axis=1))
+    scale = (g.reshape(-1).astype(np.float64) / norm).astype(np.float32)
+    return np.ascontiguousarray(v * scale.reshape((-1,) + (1,) * (v.ndim - 1)), dtype=np.float32)
+
+
+def _listing(names: list[str]) -> str:
+    shown = ", ".join(names[:_LISTED])
+    return shown + (f" and {len(names) - _LISTED} more" if len(names) > _LISTED else "")
+
+
+def _split_key(key: str) -> tuple[str, str]:
+    """Official key -> (folded name, role): role is '' for a plain tensor, 'g' or 'v' for weight norm."""
+    top, rest = split_folded_name(key)
+    rest = rest.removeprefix(_MODULE_PREFIX)
+    for suffix, role in _WEIGHT_NORM_SUFFIXES.items():
+        if rest.endswith(suffix):
+            return f"{top}.{rest[: -len(suffix)]}.weight", role
+    return f"{top}.{rest}", ""
+
+
+def _official_name(folded: str, role: str) -> str:
+    top, rest = split_folded_name(folded)
+    if role:
+        rest = f"{rest[: -len('.weight')]}.weight_{role}"
+    return f"{top}.{_MODULE_PREFIX}{rest}"
+
+
+def fold_official(state: Any, config: ModelConfig, source: str = "checkpoint") -> dict[str, np.ndarray]:
+    """Official-structure weights (nested or flat) -> folded float32 weights, validated.
+
+    Every missing, unexpected, mis-shaped or non-float tensor is reported by name
+    in one :class:`CheckpointError`.
+    """
+    flat = flatten_official(state, source)
+    layout = folded_layout(config)
+    wn = weight_norm_names(config)
+    # folded name -> role -> (original key, array)
+    found: dict[str, dict[str, tuple[str, np.ndarray]]] = {}
+    unexpected: list[str] = []
+    for key, arr in flat.items():
+        name, role = _split_key(key)
+        expected_role = name in layout and (role in ("g", "v") if name in wn else role == "")
+        if not expected_role or role in found.setdefault(name, {}):
+            unexpected.append(key)
+            continue
+        found[name][role] = (key, arr)
+
+    missing: list[str] = []
+    misshaped: list[str] = []
+    not_float: list[str] = []
+    for name, shape in layout.items():
+        parts = found.get(name, {})
+        if name in wn:
+            wanted = {"g": (shape[0],) + (1,) * (len(shape) - 1), "v": shape}
+        else:
+            wanted = {"": shape}
+        for role, want in wanted.items():
+            if role not in parts:
+                missing.append(_official_name(name, role))
+                continue
+            key, arr = parts[role]
+            if arr.shape != want:
+                misshaped.append(f"{key} {tuple(arr.shape)} (expected {want})")
+            elif arr.dtype.kind != "f":
+                not_float.append(f"{key} ({arr.dtype})")
+
+    problems = [f"{len(items)} {what} ({_listing(items)})" for what, items in
+                (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped),
+                 ("not floating point", not_float)) if items]
+    if problems:
+        raise CheckpointError(f"{source} does not match the model layout: {'; '.join(problems)}; "
+                              "check that the checkpoint and config.json belong together")
+
+    out: dict[str, np.ndarray] = {}
+    for name in layout:
+        parts = found[name]
+        if name in wn:
+            out[name] = fold_weight_norm(parts["g"][1], parts["v"][1])
+        else:
+            out[name] = np.ascontiguousarray(parts[""][1], dtype=np.float32)
+    return out
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """All tensors of a .safetensors file as NumPy arrays, errors as :class:`CheckpointError`."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint file not found: {path}")
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError, ValueError, TypeError) as e:
+        raise CheckpointError(f"{path}: not a readable .safetensors file ({e}); "
+                              "re-download or re-convert it") from None
+
+
+def load_checkpoint(path: str | Path, config: ModelConfig) -> dict[str, np.ndarray]:
+    """Read a ``.pth`` or ``.safetensors`` checkpoint in the official structure; return folded weights."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix == ".pth":
+        state: Any = read_pth(p)
+    elif suffix == ".safetensors":
+        state = read_safetensors(p)
+    else:
+        raise CheckpointError(f"{p}: unknown checkpoint type {suffix!r}; pass a .pth or .safetensors file")
+    return fold_official(state, config, source=str(p))
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """Where a model's files are: local paths, and the hub repo voices come from (if any)."""
+
+    config_path: Path
+    checkpoint_path: Path
+    voices_dir: Path | None
+    repo_id: str | None
+
+
+# Hugging Face repo ids: owner/name, letters, digits, '-', '_', '.'.
+_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+_OFFLINE_HINT = 'for offline use pass a local directory: model="/path/to/dir"'
+
+
+def hub_download(repo_id: str, filename: str, *, local_files_only: bool = False,
+                 error: type[KokoroError] = CheckpointError) -> Path:
+    """``huggingface_hub.hf_hub_download`` with every failure as a one-line ``error``."""
+    import huggingface_hub
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        return Path(huggingface_hub.hf_hub_download(repo_id=repo_id, filename=filename,
+                                                    local_files_only=local_files_only))
+    except (OSError, ValueError, EntryNotFoundError) as e:
+        lines = str(e).strip().splitlines()
+        detail = f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
+        raise error(f"cannot fetch {filename} from Hugging Face repo {repo_id!r} ({detail}); "
+                    f"{_OFFLINE_HINT}") from None
+
+
+def _voices_dir(directory: Path) -> Path | None:
+    voices = directory / "voices"
+    return voices if voices.is_dir() else None
+
+
+def _from_directory(directory: Path) -> ModelFiles:
+    config = directory / "config.json"
+    if not config.is_file():
+        raise CheckpointError(f"no config.json in model directory {directory}; "
+                              "put the checkpoint's config.json there")
+    preferred = directory / MODEL_FILENAME
+    if preferred.is_file():
+        checkpoint = preferred
+    else:
+        found = sorted(f for f in directory.iterdir() if f.suffix in CHECKPOINT_SUFFIXES and f.is_file())
+        if len(found) != 1:
+            what = "no" if not found else f"{len(found)} ({_listing([f.name for f in found])})"
+            raise CheckpointError(f"{what} checkpoint files (.pth / .safetensors) in {directory}; "
+                                  "keep exactly one there or pass the checkpoint file itself as model")
+        checkpoint = found[0]
+    return ModelFiles(config, checkpoint, _voices_dir(directory), None)
+
+
+def _from_file(checkpoint: Path) -> ModelFiles:
+    if checkpoint.suffix not in CHECKPOINT_SUFFIXES:
+        raise CheckpointError(f"{checkpoint}: not a checkpoint file; pass a .pth or .safetensors file "
+                              "or a model directory")
+    beside = checkpoint.parent / "config.json"
+    config = beside if beside.is_file() else DEFAULT_CONFIG_PATH
+    return ModelFiles(config, checkpoint, _voices_dir(checkpoint.parent), None)
+
+
+def resolve_model(model: str, *, local_files_only: bool = False) -> ModelFiles:
+    """Find a model's files: a local directory or checkpoint file, else a Hugging Face repo id.
+
+    A directory holds ``config.json`` and ``kokoro-v1_0.pth`` (or one other
+    ``.pth`` / ``.safetensors``), and optionally ``voices/``. A checkpoint file
+    uses the ``config.json`` beside it, or the bundled v1.0 config. A repo id is
+    downloaded (config.json and kokoro-v1_0.pth; voices later, on demand).
+    """
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return _from_directory(path)
+    if path.is_file():
+        return _from_file(path)
+    if _REPO_ID.fullmatch(model):
+        config = hub_download(model, "config.json", local_files_only=local_files_only)
+        checkpoint = hub_download(model, MODEL_FILENAME, local_files_only=local_files_only)
+        return ModelFiles(config, checkpoint, None, model)
+    raise CheckpointError(f"model {model!r} is neither an existing file or directory nor a Hugging Face "
+                          f"repo id (owner/name such as {DEFAULT_REPO_ID}); {_OFFLINE_HINT}")
