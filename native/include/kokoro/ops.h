@@ -14,16 +14,27 @@
 // - Every op is enqueued on `stream` and returns immediately; launch errors
 //   are checked (KOKORO_CHECK_LAUNCH) and thrown as kokoro::CudaError.
 // - Output buffers never alias inputs unless the op says "in place".
+// - Ops taking a cuBLAS handle bind it to `stream`; the handle must stay in
+//   CUBLAS_DEFAULT_MATH (plain fp32, no TF32).
+// - Ops taking `scratch` need a device buffer of at least the size the
+//   matching *_scratch_floats function returns (0 means it may be null); the
+//   buffer may be shared between ops enqueued on the same stream.
 #pragma once
 
 #include <cstdint>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <cufft.h>
 
 namespace kokoro::ops {
 
 // ---------------------------------------------------------------- linear.cu
+// Row-major GEMM on cuBLAS: C[M, N] = op(A) @ op(B) + beta * C, where op(A) is
+// [M, K] (A stored [K, M] when trans_a) and op(B) is [K, N] (B stored [N, K]
+// when trans_b); lda, ldb, ldc are row pitches in elements.
+void matmul(cublasHandle_t handle, bool trans_a, bool trans_b, int M, int N, int K, const float* A,
+            int lda, const float* B, int ldb, float beta, float* C, int ldc, cudaStream_t stream);
 // y[rows, out] = x[rows, in] @ w[out, in]^T (+ b[out]) (+ beta * y). Plain GEMM
 // on cuBLAS (the one vendor op besides the FFTs). `b` may be null.
 void linear(cublasHandle_t handle, const float* x, const float* w, const float* b, float* y,
@@ -96,18 +107,25 @@ void adain(const float* x, float* y, int C, int T, const float* style, Activatio
 // ------------------------------------------------------------------ conv.cu
 // Conv1d: x [Cin, Tin] -> y [Cout, Tout], Tout = (Tin + 2 pad - dil (K - 1) - 1) / stride + 1.
 // w [Cout, Cin / groups, K]; b [Cout] or null. If `residual` is non-null,
-// y = conv(x) + residual (residual [Cout, Tout], may equal y).
-void conv1d(const float* x, const float* w, const float* b, float* y, int Cin, int Cout, int Tin,
-            int K, int stride, int pad, int dilation, int groups, const float* residual,
-            cudaStream_t stream);
+// y = conv(x) + residual (residual [Cout, Tout], may equal y). Dense convs
+// with a long enough reduction run as im2col (chunked over time) + one GEMM
+// per chunk; grouped and tiny ones run as a direct kernel.
+void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* b, float* y,
+            int Cin, int Cout, int Tin, int K, int stride, int pad, int dilation, int groups,
+            const float* residual, float* scratch, cudaStream_t stream);
 int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation);
+int64_t conv1d_scratch_floats(int Cin, int Tin, int K, int stride, int pad, int dilation,
+                              int groups);
 // ConvTranspose1d: x [Cin, Tin] -> y [Cout, Tout],
 // Tout = (Tin - 1) stride - 2 pad + (K - 1) + output_padding + 1.
-// w [Cin, Cout / groups, K]; b [Cout] or null.
-void conv_transpose1d(const float* x, const float* w, const float* b, float* y, int Cin, int Cout,
-                      int Tin, int K, int stride, int pad, int output_padding, int groups,
-                      cudaStream_t stream);
+// w [Cin, Cout / groups, K]; b [Cout] or null. Dense ones run as one GEMM onto
+// every tap (cols [Cout * K, Tin]) + an overlap-add gather; grouped ones
+// (the depthwise upsampler) as a direct kernel.
+void conv_transpose1d(cublasHandle_t handle, const float* x, const float* w, const float* b,
+                      float* y, int Cin, int Cout, int Tin, int K, int stride, int pad,
+                      int output_padding, int groups, float* scratch, cudaStream_t stream);
 int conv_transpose1d_out_len(int Tin, int K, int stride, int pad, int output_padding);
+int64_t conv_transpose1d_scratch_floats(int Cin, int Cout, int Tin, int K, int groups);
 
 // ------------------------------------------------------------------ lstm.cu
 // Bidirectional single-layer LSTM, PyTorch gate order (i, f, g, o), zero
@@ -139,7 +157,7 @@ public:
     Stft(const Stft&) = delete;
     Stft& operator=(const Stft&) = delete;
     int frames(int n) const { return n / hop_ + 1; }
-    // Forward: magnitude and phase of x [n].
+    // Forward: magnitude and phase of x [n], n > n_fft / 2 (reflect padding).
     void forward(const float* x, int n, float* out, cudaStream_t stream);
     // Spectral head + inverse: logits [2 * (n_fft/2 + 1), frames] ->
     // spec = exp(logits[:bins]), phase = sin(logits[bins:]), complex spectrum
@@ -148,21 +166,28 @@ public:
     void inverse_from_logits(const float* logits, int frames, float* audio, cudaStream_t stream);
 
 private:
-    void ensure_plans(int frames);
+    // (Re)creates the batched plans and scratch for `frames` frames; on a
+    // change it first waits for `stream`, which may still use the old ones.
+    void ensure_plans(int frames, cudaStream_t stream);
     int n_fft_, hop_, planned_frames_ = 0;
-    int fwd_plan_ = 0, inv_plan_ = 0;  // cufftHandle
-    float* window_ = nullptr;          // device [n_fft]
-    float* frames_buf_ = nullptr;      // device scratch, sized by ensure_plans
-    float* spectrum_buf_ = nullptr;    // device complex scratch (interleaved)
+    cufftHandle fwd_plan_ = 0, inv_plan_ = 0;
+    float* window_ = nullptr;              // device [n_fft]
+    float* frames_buf_ = nullptr;          // device [planned_frames_, n_fft]
+    cufftComplex* spectrum_buf_ = nullptr; // device [planned_frames_, n_fft/2 + 1]
 };
 
 // ---------------------------------------------------------------- source.cu
 // The harmonic-plus-noise source (SineGen + l_linear + tanh) from the frame
 // F0 curve: f0 [Tf] (already the decoder's 2F-rate curve) upsampled x `upp`
 // (nearest) to n = Tf * upp samples; harmonics k = 1..n_harm; phases
-// accumulated by a parallel scan in double precision; initial phases of
-// harmonics 2..n_harm and gaussian noise from a counter-based generator keyed
-// by `seed` (both zero when deterministic); out [n] = tanh(lin_w . sines + lin_b).
+// integrated at the frame rate as the official SineGen does (rad resampled by
+// 1 / upp, a parallel scan in double precision, resampled back x upp); voiced
+// where f0 > voiced_threshold; gaussian noise of std noise_std (voiced) or
+// sine_amp / 3 (unvoiced). Initial phases of harmonics 2..n_harm (uniform
+// [0, 1)) and the noise come from Philox4x32-10 keyed by `seed`, a pure
+// function of (seed, harmonic, sample); both are zero when `deterministic`.
+// lin_w [n_harm], lin_b [1]; out [n] = tanh(lin_w . harmonics + lin_b).
+// `scratch` holds harmonic_source_scratch_doubles(...) doubles.
 void harmonic_source(const float* f0, int Tf, int upp, int n_harm, int sample_rate,
                      float sine_amp, float noise_std, float voiced_threshold,
                      const float* lin_w, const float* lin_b, bool deterministic, uint64_t seed,

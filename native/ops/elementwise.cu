@@ -1,0 +1,263 @@
+// Pointwise and index ops: embeddings, activations, copies, the duration head
+// and the hard alignment, and every resampling/padding along time.
+//
+// Ops that read one source column per output column along time (expand by
+// alignment, nearest upsampling, reflection padding) share one gather kernel
+// templated on the index map; pointwise maps share one kernel templated on
+// the functor. Everything is one thread per output element with time (the
+// contiguous axis) on threadIdx.x, so loads and stores coalesce.
+#include <cmath>
+
+#include "kokoro/check.h"
+#include "kokoro/ops.h"
+
+namespace kokoro::ops {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
+
+// out[t, :] = word[ids[t], :] + type0 + pos[t, :] (HF adds the token type
+// first, then the position); pos and type0 may be null.
+__global__ void embeddings_kernel(const int32_t* ids, const float* word, const float* pos,
+                                  const float* type0, float* out, int T, int dim) {
+    const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (i >= int64_t(T) * dim) return;
+    const int t = int(i / dim), d = int(i % dim);
+    float v = word[int64_t(ids[t]) * dim + d];
+    if (type0 != nullptr) v += type0[d];
+    if (pos != nullptr) v += pos[i];
+    out[i] = v;
+}
+
+struct GeluNew {
+    __device__ float operator()(float x) const {
+        const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+        return 0.5f * x * (1.f + tanhf(c * (x + 0.044715f * (x * x * x))));
+    }
+};
+
+struct LeakyRelu {
+    float slope;
+    __device__ float operator()(float x) const { return x >= 0.f ? x : x * slope; }
+};
+
+template <typename Fn>
+__global__ void map_kernel(const float* x, float* y, int64_t n, Fn fn) {
+    const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (i < n) y[i] = fn(x[i]);
+}
+
+__global__ void add_scaled_kernel(const float* a, const float* b, float* out, int64_t n,
+                                  float scale) {
+    const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (i < n) out[i] = (a[i] + b[i]) * scale;
+}
+
+// out[c, r] = in[r, c] through a padded 32x32 shared tile.
+__global__ void transpose_kernel(const float* in, float* out, int rows, int cols) {
+    __shared__ float tile[32][33];
+    const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+    for (int dy = threadIdx.y; dy < 32; dy += blockDim.y) {
+        const int r = r0 + dy, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) tile[dy][threadIdx.x] = in[int64_t(r) * cols + c];
+    }
+    __syncthreads();
+    for (int dy = threadIdx.y; dy < 32; dy += blockDim.y) {
+        const int c = c0 + dy, r = r0 + threadIdx.x;
+        if (r < rows && c < cols) out[int64_t(c) * rows + r] = tile[threadIdx.x][dy];
+    }
+}
+
+__device__ float sigmoid(float x) {
+    const float e = expf(-fabsf(x));
+    return x >= 0.f ? 1.f / (1.f + e) : e / (1.f + e);
+}
+
+// One warp per token: dur[t] = max(1, rint(sum_j sigmoid(logits[t, j]) / speed)).
+__global__ void durations_kernel(const float* logits, int T, int max_dur, float speed,
+                                 int32_t* dur) {
+    const int t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (t >= T) return;
+    float sum = 0.f;
+    for (int j = lane; j < max_dur; j += 32) sum += sigmoid(logits[int64_t(t) * max_dur + j]);
+    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (lane == 0) dur[t] = max(1, int(rintf(sum / speed)));
+}
+
+// One block: an exclusive scan of the durations, 1024 tokens at a time with a
+// running carry, then each token writes its own run of frames.
+__global__ void frame_token_kernel(const int32_t* dur, int T, int32_t* frame_token) {
+    __shared__ int warp_sums[32];
+    __shared__ int carry;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (threadIdx.x == 0) carry = 0;
+    __syncthreads();
+    for (int base = 0; base < T; base += blockDim.x) {
+        const int t = base + threadIdx.x;
+        const int d = t < T ? dur[t] : 0;
+        int incl = d;
+        for (int off = 1; off < 32; off *= 2) {
+            const int v = __shfl_up_sync(0xffffffffu, incl, off);
+            if (lane >= off) incl += v;
+        }
+        if (lane == 31) warp_sums[warp] = incl;
+        __syncthreads();
+        if (warp == 0) {
+            const int nwarps = blockDim.x / 32;
+            int w = lane < nwarps ? warp_sums[lane] : 0;
+            for (int off = 1; off < 32; off *= 2) {
+                const int v = __shfl_up_sync(0xffffffffu, w, off);
+                if (lane >= off) w += v;
+            }
+            if (lane < nwarps) warp_sums[lane] = w;  // inclusive over warps
+        }
+        __syncthreads();
+        const int start = carry + (warp > 0 ? warp_sums[warp - 1] : 0) + incl - d;
+        for (int f = 0; f < d; ++f) frame_token[start + f] = t;
+        __syncthreads();  // everyone has read carry and warp_sums
+        if (threadIdx.x == blockDim.x - 1) carry = start + d;
+        __syncthreads();
+    }
+}
+
+// Source column of each output column, one functor per op.
+struct FrameTokenMap {
+    const int32_t* frame_token;
+    __device__ int operator()(int j) const { return frame_token[j]; }
+};
+struct NearestMap {
+    int scale;
+    __device__ int operator()(int j) const { return j / scale; }
+};
+struct ReflectMap {
+    int T, left;
+    __device__ int operator()(int j) const {
+        int s = j - left;
+        if (s < 0) s = -s;
+        if (s >= T) s = 2 * (T - 1) - s;
+        return s;
+    }
+};
+
+// out[c, j] = x[c, map(j)]: x [C, Tin], out [C, Tout]; grid.y = channel.
+template <typename Map>
+__global__ void gather_time_kernel(const float* x, float* out, int Tin, int Tout, Map map) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t c = blockIdx.y;
+    if (j < Tout) out[c * Tout + j] = x[c * Tin + map(j)];
+}
+
+template <typename Map>
+void gather_time(const float* x, float* out, int C, int Tin, int Tout, Map map,
+                 cudaStream_t stream) {
+    if (C == 0 || Tout == 0) return;
+    const dim3 grid(blocks_for(Tout), unsigned(C));
+    gather_time_kernel<<<grid, kThreads, 0, stream>>>(x, out, Tin, Tout, map);
+    KOKORO_CHECK_LAUNCH("gather_time_kernel");
+}
+
+// F.interpolate(mode="linear", align_corners=False) with the given scale;
+// the source position is computed in double as PyTorch does.
+__global__ void interpolate_linear_kernel(const float* x, float* out, int Tin, int Tout,
+                                          double scale) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t c = blockIdx.y;
+    if (j >= Tout) return;
+    const double src = fmax((j + 0.5) / scale - 0.5, 0.0);
+    const int i0 = min(int(src), Tin - 1);
+    const int i1 = min(i0 + 1, Tin - 1);
+    const float w1 = float(src - i0);
+    out[c * Tout + j] = x[c * Tin + i0] * (1.f - w1) + x[c * Tin + i1] * w1;
+}
+
+}  // namespace
+
+void albert_embeddings(const int32_t* ids, const float* word, const float* pos,
+                       const float* type0, float* out, int T, int dim, cudaStream_t stream) {
+    const int64_t n = int64_t(T) * dim;
+    if (n == 0) return;
+    embeddings_kernel<<<blocks_for(n), kThreads, 0, stream>>>(ids, word, pos, type0, out, T, dim);
+    KOKORO_CHECK_LAUNCH("embeddings_kernel");
+}
+
+void embedding(const int32_t* ids, const float* table, float* out, int T, int dim,
+               cudaStream_t stream) {
+    albert_embeddings(ids, table, nullptr, nullptr, out, T, dim, stream);
+}
+
+void gelu_new(float* x, int64_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, x, n, GeluNew{});
+    KOKORO_CHECK_LAUNCH("map_kernel<GeluNew>");
+}
+
+void leaky_relu(const float* x, float* y, int64_t n, float slope, cudaStream_t stream) {
+    if (n == 0) return;
+    map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n, LeakyRelu{slope});
+    KOKORO_CHECK_LAUNCH("map_kernel<LeakyRelu>");
+}
+
+void add_scaled(const float* a, const float* b, float* out, int64_t n, float scale,
+                cudaStream_t stream) {
+    if (n == 0) return;
+    add_scaled_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, b, out, n, scale);
+    KOKORO_CHECK_LAUNCH("add_scaled_kernel");
+}
+
+void copy_rows(const float* src, int src_pitch, float* dst, int dst_pitch, int rows, int cols,
+               cudaStream_t stream) {
+    if (rows == 0 || cols == 0) return;
+    KOKORO_CUDA_CHECK(cudaMemcpy2DAsync(dst, size_t(dst_pitch) * sizeof(float), src,
+                                        size_t(src_pitch) * sizeof(float),
+                                        size_t(cols) * sizeof(float), size_t(rows),
+                                        cudaMemcpyDeviceToDevice, stream));
+}
+
+void transpose(const float* in, float* out, int rows, int cols, cudaStream_t stream) {
+    if (rows == 0 || cols == 0) return;
+    const dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32));
+    transpose_kernel<<<grid, dim3(32, 8), 0, stream>>>(in, out, rows, cols);
+    KOKORO_CHECK_LAUNCH("transpose_kernel");
+}
+
+void durations_from_logits(const float* logits, int T, int max_dur, float speed, int32_t* dur,
+                           cudaStream_t stream) {
+    if (T == 0) return;
+    const int rows_per_block = kThreads / 32;
+    durations_kernel<<<unsigned((T + rows_per_block - 1) / rows_per_block), kThreads, 0, stream>>>(
+        logits, T, max_dur, speed, dur);
+    KOKORO_CHECK_LAUNCH("durations_kernel");
+}
+
+void frame_token_index(const int32_t* dur, int T, int32_t* frame_token, cudaStream_t stream) {
+    if (T == 0) return;
+    frame_token_kernel<<<1, 1024, 0, stream>>>(dur, T, frame_token);
+    KOKORO_CHECK_LAUNCH("frame_token_kernel");
+}
+
+void expand_frames(const float* x, const int32_t* frame_token, float* out, int C, int T, int F,
+                   cudaStream_t stream) {
+    gather_time(x, out, C, T, F, FrameTokenMap{frame_token}, stream);
+}
+
+void upsample_nearest(const float* x, float* out, int C, int T, int scale, cudaStream_t stream) {
+    gather_time(x, out, C, T, T * scale, NearestMap{scale}, stream);
+}
+
+void reflection_pad(const float* x, float* out, int C, int T, int left, int right,
+                    cudaStream_t stream) {
+    gather_time(x, out, C, T, left + T + right, ReflectMap{T, left}, stream);
+}
+
+void interpolate_linear(const float* x, float* out, int C, int Tin, int Tout, double scale,
+                        cudaStream_t stream) {
+    if (C == 0 || Tout == 0) return;
+    const dim3 grid(blocks_for(Tout), unsigned(C));
+    interpolate_linear_kernel<<<grid, kThreads, 0, stream>>>(x, out, Tin, Tout, scale);
+    KOKORO_CHECK_LAUNCH("interpolate_linear_kernel");
+}
+
+}  // namespace kokoro::ops

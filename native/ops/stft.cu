@@ -1,0 +1,173 @@
+// Short-time Fourier transforms of the generator (torch.stft / torch.istft
+// with center=True, periodic Hann window of n_fft, hop `hop`).
+//
+// Forward: one kernel cuts the reflect-padded signal into windowed frames
+// [frames, n_fft], one batched cuFFT R2C transforms them, one kernel writes
+// magnitude and atan2 phase channels-first [2 * bins, frames].
+// Inverse: one kernel builds spectrum exp(mag_logit) * e^{i sin(phase_logit)}
+// per frame (imaginary parts of the DC and Nyquist bins zeroed, as a real
+// inverse FFT ignores them), one batched cuFFT C2R, and one gather kernel
+// that overlap-adds the windowed frames for each output sample (at most
+// ceil(n_fft / hop) of them) and divides by the overlap-added squared
+// window, over the centre-trimmed range only. Plans and scratch are kept for
+// the last frame count and remade when it changes.
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kokoro/check.h"
+#include "kokoro/ops.h"
+
+namespace kokoro::ops {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
+
+// frames[f, i] = window[i] * x[reflect(f * hop + i - n_fft / 2)].
+__global__ void frame_window_kernel(const float* x, int n, const float* window, int n_fft, int hop,
+                                    int frames, float* out) {
+    const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (idx >= int64_t(frames) * n_fft) return;
+    const int f = int(idx / n_fft), i = int(idx % n_fft);
+    int p = f * hop + i - n_fft / 2;
+    if (p < 0) p = -p;
+    if (p >= n) p = 2 * (n - 1) - p;
+    out[idx] = x[p] * window[i];
+}
+
+// spectrum [frames, bins] -> out [2 * bins, frames]: magnitudes, then phases.
+__global__ void magnitude_phase_kernel(const cufftComplex* spectrum, int bins, int frames,
+                                       float* out) {
+    const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (idx >= int64_t(frames) * bins) return;
+    const int b = int(idx / frames), f = int(idx % frames);
+    const cufftComplex z = spectrum[int64_t(f) * bins + b];
+    out[idx] = hypotf(z.x, z.y);
+    out[int64_t(bins) * frames + idx] = atan2f(z.y, z.x);
+}
+
+// logits [2 * bins, frames] -> spectrum [frames, bins].
+__global__ void spectrum_from_logits_kernel(const float* logits, int bins, int frames, int n_fft,
+                                            cufftComplex* spectrum) {
+    const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (idx >= int64_t(frames) * bins) return;
+    const int b = int(idx / frames), f = int(idx % frames);
+    const float magnitude = expf(logits[idx]);
+    const float phase = sinf(logits[int64_t(bins) * frames + idx]);
+    float s, c;
+    sincosf(phase, &s, &c);
+    const bool real_bin = b == 0 || 2 * b == n_fft;
+    spectrum[int64_t(f) * bins + b] = make_cuFloatComplex(magnitude * c, real_bin ? 0.f : magnitude * s);
+}
+
+// audio[i] for i < hop * (frames - 1): output sample p = i + n_fft / 2 of the
+// padded signal collects frame f's sample p - f * hop.
+__global__ void overlap_add_kernel(const float* frames_td, const float* window, int n_fft, int hop,
+                                   int frames, float* audio) {
+    const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (i >= int64_t(hop) * (frames - 1)) return;
+    const int64_t p = i + n_fft / 2;
+    const int64_t f_first = p >= n_fft ? (p - n_fft) / hop + 1 : 0;
+    const int64_t f_last = min(p / hop, int64_t(frames) - 1);
+    const float inv_n = 1.f / float(n_fft);
+    float signal = 0.f, envelope = 0.f;
+    for (int64_t f = f_first; f <= f_last; ++f) {
+        const int j = int(p - f * hop);
+        const float w = window[j];
+        signal += frames_td[f * n_fft + j] * inv_n * w;
+        envelope += w * w;
+    }
+    audio[i] = signal / envelope;
+}
+
+}  // namespace
+
+Stft::Stft(int n_fft, int hop) : n_fft_(n_fft), hop_(hop) {
+    if (n_fft < 2 || hop < 1) {
+        throw std::invalid_argument("Stft: bad n_fft " + std::to_string(n_fft) + " / hop " +
+                                    std::to_string(hop));
+    }
+    const double two_pi = 6.283185307179586;
+    std::vector<float> window(static_cast<size_t>(n_fft_));
+    for (int i = 0; i < n_fft_; ++i) {
+        window[size_t(i)] = float(0.5 - 0.5 * std::cos(two_pi * i / n_fft_));
+    }
+    window_ = static_cast<float*>(device_alloc(window.size() * sizeof(float), "STFT window"));
+    KOKORO_CUDA_CHECK(cudaMemcpy(window_, window.data(), window.size() * sizeof(float),
+                                 cudaMemcpyHostToDevice));
+}
+
+// Destructors cannot throw: release statuses are deliberately ignored.
+Stft::~Stft() {
+    if (planned_frames_ > 0) {
+        (void)cufftDestroy(fwd_plan_);
+        (void)cufftDestroy(inv_plan_);
+    }
+    (void)cudaFree(frames_buf_);
+    (void)cudaFree(spectrum_buf_);
+    (void)cudaFree(window_);
+}
+
+void Stft::ensure_plans(int frames, cudaStream_t stream) {
+    if (frames == planned_frames_) return;
+    KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (planned_frames_ > 0) {
+        KOKORO_CUFFT_CHECK(cufftDestroy(fwd_plan_));
+        KOKORO_CUFFT_CHECK(cufftDestroy(inv_plan_));
+        KOKORO_CUDA_CHECK(cudaFree(frames_buf_));
+        KOKORO_CUDA_CHECK(cudaFree(spectrum_buf_));
+        frames_buf_ = nullptr;
+        spectrum_buf_ = nullptr;
+        planned_frames_ = 0;
+    }
+    const int bins = n_fft_ / 2 + 1;
+    int n = n_fft_;
+    KOKORO_CUFFT_CHECK(cufftPlanMany(&fwd_plan_, 1, &n, nullptr, 1, n_fft_, nullptr, 1, bins,
+                                     CUFFT_R2C, frames));
+    KOKORO_CUFFT_CHECK(cufftPlanMany(&inv_plan_, 1, &n, nullptr, 1, bins, nullptr, 1, n_fft_,
+                                     CUFFT_C2R, frames));
+    planned_frames_ = frames;
+    frames_buf_ = static_cast<float*>(
+        device_alloc(size_t(frames) * n_fft_ * sizeof(float), "STFT frames"));
+    spectrum_buf_ = static_cast<cufftComplex*>(
+        device_alloc(size_t(frames) * bins * sizeof(cufftComplex), "STFT spectrum"));
+}
+
+void Stft::forward(const float* x, int n, float* out, cudaStream_t stream) {
+    if (n <= n_fft_ / 2) {
+        throw std::invalid_argument("Stft::forward: signal of " + std::to_string(n) +
+                                    " samples is too short to reflect-pad by " +
+                                    std::to_string(n_fft_ / 2));
+    }
+    const int nframes = frames(n);
+    const int bins = n_fft_ / 2 + 1;
+    ensure_plans(nframes, stream);
+    frame_window_kernel<<<blocks_for(int64_t(nframes) * n_fft_), kThreads, 0, stream>>>(
+        x, n, window_, n_fft_, hop_, nframes, frames_buf_);
+    KOKORO_CHECK_LAUNCH("frame_window_kernel");
+    KOKORO_CUFFT_CHECK(cufftSetStream(fwd_plan_, stream));
+    KOKORO_CUFFT_CHECK(cufftExecR2C(fwd_plan_, frames_buf_, spectrum_buf_));
+    magnitude_phase_kernel<<<blocks_for(int64_t(nframes) * bins), kThreads, 0, stream>>>(
+        spectrum_buf_, bins, nframes, out);
+    KOKORO_CHECK_LAUNCH("magnitude_phase_kernel");
+}
+
+void Stft::inverse_from_logits(const float* logits, int nframes, float* audio,
+                               cudaStream_t stream) {
+    if (nframes < 2) return;  // hop * (frames - 1) samples: nothing to write
+    const int bins = n_fft_ / 2 + 1;
+    ensure_plans(nframes, stream);
+    spectrum_from_logits_kernel<<<blocks_for(int64_t(nframes) * bins), kThreads, 0, stream>>>(
+        logits, bins, nframes, n_fft_, spectrum_buf_);
+    KOKORO_CHECK_LAUNCH("spectrum_from_logits_kernel");
+    KOKORO_CUFFT_CHECK(cufftSetStream(inv_plan_, stream));
+    KOKORO_CUFFT_CHECK(cufftExecC2R(inv_plan_, spectrum_buf_, frames_buf_));
+    overlap_add_kernel<<<blocks_for(int64_t(hop_) * (nframes - 1)), kThreads, 0, stream>>>(
+        frames_buf_, window_, n_fft_, hop_, nframes, audio);
+    KOKORO_CHECK_LAUNCH("overlap_add_kernel");
+}
+
+}  // namespace kokoro::ops

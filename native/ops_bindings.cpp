@@ -1,0 +1,437 @@
+// Test bindings of the op layer: kokoro_gpu._native.ops, one function per op
+// of native/include/kokoro/ops.h, taking and returning NumPy float32 / int32
+// arrays. Each call uploads its inputs, fills every output buffer with NaN
+// bytes (0xFF; -1 for int32) so an unwritten element shows, runs the op on a
+// private stream, synchronises and downloads. For the unit tests against the
+// NumPy reference ops; the engine itself never goes through here.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kokoro/bindings.h"
+#include "kokoro/check.h"
+#include "kokoro/ops.h"
+
+namespace py = pybind11;
+
+namespace kokoro {
+namespace {
+
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+using IntArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+using OptionalFloat = std::optional<FloatArray>;
+
+// One stream and one cuBLAS handle for every test call, created on first use
+// and deliberately never destroyed (the CUDA context may already be gone at
+// interpreter exit).
+struct TestContext {
+    cudaStream_t stream = nullptr;
+    cublasHandle_t blas = nullptr;
+};
+
+TestContext& context() {
+    static TestContext* ctx = [] {
+        auto* c = new TestContext;
+        KOKORO_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+        KOKORO_CUBLAS_CHECK(cublasCreate(&c->blas));
+        KOKORO_CUBLAS_CHECK(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
+        return c;
+    }();
+    return *ctx;
+}
+
+cudaStream_t stream() { return context().stream; }
+
+// A device array of T, freed on scope exit.
+template <typename T>
+class DeviceArray {
+public:
+    explicit DeviceArray(int64_t n) : n_(n) {
+        if (n_ > 0) ptr_ = static_cast<T*>(device_alloc(size_t(n_) * sizeof(T), "op test buffer"));
+    }
+    DeviceArray(const DeviceArray&) = delete;
+    DeviceArray& operator=(const DeviceArray&) = delete;
+    ~DeviceArray() { (void)cudaFree(ptr_); }  // destructors cannot throw
+
+    // Uploaded copy of a host array.
+    static DeviceArray from(const py::array_t<T, py::array::c_style | py::array::forcecast>& a) {
+        DeviceArray d(int64_t(a.size()));
+        if (d.n_ > 0) {
+            KOKORO_CUDA_CHECK(cudaMemcpyAsync(d.ptr_, a.data(), size_t(d.n_) * sizeof(T),
+                                              cudaMemcpyHostToDevice, stream()));
+        }
+        return d;
+    }
+    // Output buffer, poisoned.
+    static DeviceArray poisoned(int64_t n) {
+        DeviceArray d(n);
+        if (n > 0) KOKORO_CUDA_CHECK(cudaMemsetAsync(d.ptr_, 0xFF, size_t(n) * sizeof(T), stream()));
+        return d;
+    }
+    DeviceArray(DeviceArray&& o) noexcept : ptr_(o.ptr_), n_(o.n_) { o.ptr_ = nullptr; o.n_ = 0; }
+
+    T* get() const { return ptr_; }
+    // Synchronises the test stream, then copies back with the given shape.
+    py::array_t<T> download(std::vector<py::ssize_t> shape) const {
+        KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream()));
+        py::array_t<T> out(shape);
+        if (n_ > 0) {
+            KOKORO_CUDA_CHECK(cudaMemcpy(out.mutable_data(), ptr_, size_t(n_) * sizeof(T),
+                                         cudaMemcpyDeviceToHost));
+        }
+        return out;
+    }
+
+private:
+    T* ptr_ = nullptr;
+    int64_t n_ = 0;
+};
+
+using DFloat = DeviceArray<float>;
+using DInt = DeviceArray<int32_t>;
+
+// Uploads an optional array; the pointer stays null when absent.
+struct OptionalDevice {
+    std::optional<DFloat> buffer;
+    explicit OptionalDevice(const OptionalFloat& a) {
+        if (a) buffer.emplace(DFloat::from(*a));
+    }
+    const float* get() const { return buffer ? buffer->get() : nullptr; }
+};
+
+void require(bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument(what);
+}
+
+int dim(const py::array& a, int axis) { return int(a.shape(axis)); }
+
+void require_ndim(const py::array& a, int ndim, const char* name) {
+    require(a.ndim() == ndim, std::string(name) + " must have " + std::to_string(ndim) + " dims");
+}
+
+// ---------------------------------------------------------------- linear
+py::array_t<float> matmul(const FloatArray& a, const FloatArray& b, bool trans_a, bool trans_b) {
+    require_ndim(a, 2, "a");
+    require_ndim(b, 2, "b");
+    const int M = trans_a ? dim(a, 1) : dim(a, 0), K = trans_a ? dim(a, 0) : dim(a, 1);
+    const int N = trans_b ? dim(b, 0) : dim(b, 1);
+    require((trans_b ? dim(b, 1) : dim(b, 0)) == K, "matmul: inner dims differ");
+    DFloat da = DFloat::from(a), db = DFloat::from(b), c = DFloat::poisoned(int64_t(M) * N);
+    ops::matmul(context().blas, trans_a, trans_b, M, N, K, da.get(), dim(a, 1), db.get(), dim(b, 1),
+                0.f, c.get(), N, stream());
+    return c.download({M, N});
+}
+
+py::array_t<float> linear(const FloatArray& x, const FloatArray& w, const OptionalFloat& b,
+                          const OptionalFloat& y0, float beta) {
+    require_ndim(x, 2, "x");
+    require_ndim(w, 2, "w");
+    const int rows = dim(x, 0), in = dim(x, 1), out = dim(w, 0);
+    require(dim(w, 1) == in, "linear: w does not match x");
+    DFloat dx = DFloat::from(x), dw = DFloat::from(w);
+    OptionalDevice db(b);
+    DFloat y = y0 ? DFloat::from(*y0) : DFloat::poisoned(int64_t(rows) * out);
+    ops::linear(context().blas, dx.get(), dw.get(), db.get(), y.get(), rows, in, out, stream(), beta);
+    return y.download({rows, out});
+}
+
+// ----------------------------------------------------------- elementwise
+py::array_t<float> albert_embeddings(const IntArray& ids, const FloatArray& word,
+                                     const OptionalFloat& pos, const OptionalFloat& type0) {
+    const int T = int(ids.size()), d = dim(word, 1);
+    DInt di = DInt::from(ids);
+    DFloat dw = DFloat::from(word), out = DFloat::poisoned(int64_t(T) * d);
+    OptionalDevice dp(pos), dt(type0);
+    if (!pos && !type0) {
+        ops::embedding(di.get(), dw.get(), out.get(), T, d, stream());
+    } else {
+        ops::albert_embeddings(di.get(), dw.get(), dp.get(), dt.get(), out.get(), T, d, stream());
+    }
+    return out.download({T, d});
+}
+
+py::array_t<float> gelu_new(const FloatArray& x) {
+    DFloat y = DFloat::from(x);
+    ops::gelu_new(y.get(), int64_t(x.size()), stream());
+    return y.download(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+}
+
+py::array_t<float> leaky_relu(const FloatArray& x, float slope, bool in_place) {
+    DFloat dx = DFloat::from(x);
+    DFloat y = DFloat::poisoned(in_place ? 0 : int64_t(x.size()));
+    float* out = in_place ? dx.get() : y.get();
+    ops::leaky_relu(dx.get(), out, int64_t(x.size()), slope, stream());
+    return (in_place ? dx : y).download(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+}
+
+py::array_t<float> add_scaled(const FloatArray& a, const FloatArray& b, float scale) {
+    require(a.size() == b.size(), "add_scaled: sizes differ");
+    DFloat da = DFloat::from(a), db = DFloat::from(b), out = DFloat::poisoned(int64_t(a.size()));
+    ops::add_scaled(da.get(), db.get(), out.get(), int64_t(a.size()), scale, stream());
+    return out.download(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));
+}
+
+py::array_t<float> copy_rows(const FloatArray& src, int src_col, const FloatArray& dst, int dst_col,
+                             int cols) {
+    require_ndim(src, 2, "src");
+    require_ndim(dst, 2, "dst");
+    const int rows = dim(src, 0);
+    require(dim(dst, 0) == rows && src_col + cols <= dim(src, 1) && dst_col + cols <= dim(dst, 1),
+            "copy_rows: block out of range");
+    DFloat ds = DFloat::from(src), dd = DFloat::from(dst);
+    ops::copy_rows(ds.get() + src_col, dim(src, 1), dd.get() + dst_col, dim(dst, 1), rows, cols,
+                   stream());
+    return dd.download({rows, dim(dst, 1)});
+}
+
+py::array_t<float> transpose(const FloatArray& x) {
+    require_ndim(x, 2, "x");
+    const int rows = dim(x, 0), cols = dim(x, 1);
+    DFloat dx = DFloat::from(x), out = DFloat::poisoned(int64_t(rows) * cols);
+    ops::transpose(dx.get(), out.get(), rows, cols, stream());
+    return out.download({cols, rows});
+}
+
+py::array_t<int32_t> durations_from_logits(const FloatArray& logits, float speed) {
+    require_ndim(logits, 2, "logits");
+    const int T = dim(logits, 0);
+    DFloat dl = DFloat::from(logits);
+    DInt dur = DInt::poisoned(T);
+    ops::durations_from_logits(dl.get(), T, dim(logits, 1), speed, dur.get(), stream());
+    return dur.download({T});
+}
+
+py::array_t<int32_t> frame_token_index(const IntArray& dur) {
+    const int T = int(dur.size());
+    int64_t F = 0;
+    for (int t = 0; t < T; ++t) F += dur.data()[t];
+    DInt dd = DInt::from(dur), ft = DInt::poisoned(F);
+    ops::frame_token_index(dd.get(), T, ft.get(), stream());
+    return ft.download({py::ssize_t(F)});
+}
+
+py::array_t<float> expand_frames(const FloatArray& x, const IntArray& frame_token) {
+    require_ndim(x, 2, "x");
+    const int C = dim(x, 0), T = dim(x, 1), F = int(frame_token.size());
+    DFloat dx = DFloat::from(x), out = DFloat::poisoned(int64_t(C) * F);
+    DInt dft = DInt::from(frame_token);
+    ops::expand_frames(dx.get(), dft.get(), out.get(), C, T, F, stream());
+    return out.download({C, F});
+}
+
+py::array_t<float> upsample_nearest(const FloatArray& x, int scale) {
+    require_ndim(x, 2, "x");
+    const int C = dim(x, 0), T = dim(x, 1);
+    DFloat dx = DFloat::from(x), out = DFloat::poisoned(int64_t(C) * T * scale);
+    ops::upsample_nearest(dx.get(), out.get(), C, T, scale, stream());
+    return out.download({C, T * scale});
+}
+
+py::array_t<float> interpolate_linear(const FloatArray& x, double scale) {
+    require_ndim(x, 2, "x");
+    const int C = dim(x, 0), T = dim(x, 1), Tout = int(std::floor(T * scale));
+    DFloat dx = DFloat::from(x), out = DFloat::poisoned(int64_t(C) * Tout);
+    ops::interpolate_linear(dx.get(), out.get(), C, T, Tout, scale, stream());
+    return out.download({C, Tout});
+}
+
+py::array_t<float> reflection_pad(const FloatArray& x, int left, int right) {
+    require_ndim(x, 2, "x");
+    const int C = dim(x, 0), T = dim(x, 1);
+    require(left < T && right < T, "reflection_pad: padding must be shorter than the input");
+    DFloat dx = DFloat::from(x), out = DFloat::poisoned(int64_t(C) * (left + T + right));
+    ops::reflection_pad(dx.get(), out.get(), C, T, left, right, stream());
+    return out.download({C, left + T + right});
+}
+
+// ------------------------------------------------------------------ norm
+py::array_t<float> layer_norm(const FloatArray& x, bool channels_first, const OptionalFloat& gamma,
+                              const OptionalFloat& beta, const OptionalFloat& style_gamma,
+                              const OptionalFloat& style_beta, float eps, bool in_place) {
+    require_ndim(x, 2, "x");
+    const int a = dim(x, 0), b = dim(x, 1);
+    DFloat dx = DFloat::from(x), y = DFloat::poisoned(in_place ? 0 : int64_t(x.size()));
+    OptionalDevice g(gamma), be(beta), sg(style_gamma), sb(style_beta);
+    float* out = in_place ? dx.get() : y.get();
+    if (channels_first) {
+        ops::layer_norm_channels(dx.get(), out, a, b, g.get(), be.get(), sg.get(), sb.get(), eps,
+                                 stream());
+    } else {
+        ops::layer_norm_rows(dx.get(), out, a, b, g.get(), be.get(), sg.get(), sb.get(), eps,
+                             stream());
+    }
+    return (in_place ? dx : y).download({a, b});
+}
+
+py::array_t<float> adain(const FloatArray& x, const FloatArray& style, const std::string& act,
+                         float slope, const OptionalFloat& alpha, bool in_place) {
+    require_ndim(x, 2, "x");
+    const int C = dim(x, 0), T = dim(x, 1);
+    require(int(style.size()) == 2 * C, "adain: style must hold 2C values");
+    ops::Activation activation = ops::Activation::kNone;
+    if (act == "leaky_relu") {
+        activation = ops::Activation::kLeakyRelu;
+    } else if (act == "snake") {
+        require(alpha.has_value(), "adain: snake needs alpha");
+        activation = ops::Activation::kSnake;
+    } else {
+        require(act == "none", "adain: unknown activation " + act);
+    }
+    DFloat dx = DFloat::from(x), ds = DFloat::from(style);
+    DFloat y = DFloat::poisoned(in_place ? 0 : int64_t(x.size()));
+    OptionalDevice da(alpha);
+    float* out = in_place ? dx.get() : y.get();
+    ops::adain(dx.get(), out, C, T, ds.get(), activation, slope, da.get(), stream());
+    return (in_place ? dx : y).download({C, T});
+}
+
+// ------------------------------------------------------------------ conv
+py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const OptionalFloat& b,
+                          int stride, int pad, int dilation, int groups,
+                          const OptionalFloat& residual, bool residual_in_place) {
+    require_ndim(x, 2, "x");
+    require_ndim(w, 3, "w");
+    const int Cin = dim(x, 0), Tin = dim(x, 1), Cout = dim(w, 0), K = dim(w, 2);
+    require(dim(w, 1) * groups == Cin && Cout % groups == 0, "conv1d: w does not match x, groups");
+    const int Tout = ops::conv1d_out_len(Tin, K, stride, pad, dilation);
+    require(Tout > 0, "conv1d: input too short");
+    DFloat dx = DFloat::from(x), dw = DFloat::from(w);
+    OptionalDevice db(b);
+    const bool res_into_y = residual && residual_in_place;
+    DFloat y = res_into_y ? DFloat::from(*residual) : DFloat::poisoned(int64_t(Cout) * Tout);
+    OptionalDevice dres(res_into_y ? OptionalFloat() : residual);
+    const float* res_ptr = res_into_y ? y.get() : dres.get();
+    DFloat scratch(ops::conv1d_scratch_floats(Cin, Tin, K, stride, pad, dilation, groups));
+    ops::conv1d(context().blas, dx.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K, stride,
+                pad, dilation, groups, res_ptr, scratch.get(), stream());
+    return y.download({Cout, Tout});
+}
+
+py::array_t<float> conv_transpose1d(const FloatArray& x, const FloatArray& w, const OptionalFloat& b,
+                                    int stride, int pad, int output_padding, int groups) {
+    require_ndim(x, 2, "x");
+    require_ndim(w, 3, "w");
+    const int Cin = dim(x, 0), Tin = dim(x, 1), Cout = dim(w, 1) * groups, K = dim(w, 2);
+    require(dim(w, 0) == Cin && Cin % groups == 0, "conv_transpose1d: w does not match x, groups");
+    const int Tout = ops::conv_transpose1d_out_len(Tin, K, stride, pad, output_padding);
+    DFloat dx = DFloat::from(x), dw = DFloat::from(w), y = DFloat::poisoned(int64_t(Cout) * Tout);
+    OptionalDevice db(b);
+    DFloat scratch(ops::conv_transpose1d_scratch_floats(Cin, Cout, Tin, K, groups));
+    ops::conv_transpose1d(context().blas, dx.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K,
+                          stride, pad, output_padding, groups, scratch.get(), stream());
+    return y.download({Cout, Tout});
+}
+
+// ------------------------------------------------------ lstm, attention
+py::array_t<float> lstm_bidirectional(const FloatArray& x, const FloatArray& w_ih,
+                                      const FloatArray& w_hh, const FloatArray& b) {
+    require_ndim(x, 2, "x");
+    require_ndim(w_hh, 3, "w_hh");
+    const int T = dim(x, 0), In = dim(x, 1), H = dim(w_hh, 2);
+    require(int(w_ih.size()) == 8 * H * In && int(w_hh.size()) == 8 * H * H &&
+                int(b.size()) == 8 * H,
+            "lstm_bidirectional: weight shapes do not match");
+    DFloat dx = DFloat::from(x), dwi = DFloat::from(w_ih), dwh = DFloat::from(w_hh);
+    DFloat db = DFloat::from(b), out = DFloat::poisoned(int64_t(T) * 2 * H);
+    DFloat scratch(ops::lstm_scratch_floats(T, H));
+    ops::lstm_bidirectional(context().blas, dx.get(), dwi.get(), dwh.get(), db.get(), out.get(), T,
+                            In, H, scratch.get(), stream());
+    return out.download({T, 2 * H});
+}
+
+py::array_t<float> attention(const FloatArray& q, const FloatArray& k, const FloatArray& v, int heads,
+                             int valid_len) {
+    require_ndim(q, 2, "q");
+    const int T = dim(q, 0), width = dim(q, 1);
+    require(width % heads == 0 && k.size() == q.size() && v.size() == q.size(),
+            "attention: shapes do not match");
+    DFloat dq = DFloat::from(q), dk = DFloat::from(k), dv = DFloat::from(v);
+    DFloat out = DFloat::poisoned(int64_t(T) * width);
+    ops::attention(dq.get(), dk.get(), dv.get(), out.get(), T, heads, width / heads, valid_len,
+                   stream());
+    return out.download({T, width});
+}
+
+// ------------------------------------------------------- stft, source
+py::array_t<float> stft_mag_phase(const FloatArray& x, int n_fft, int hop) {
+    const int n = int(x.size());
+    ops::Stft stft(n_fft, hop);
+    const int frames = stft.frames(n), bins = n_fft / 2 + 1;
+    DFloat dx = DFloat::from(x), out = DFloat::poisoned(int64_t(2) * bins * frames);
+    stft.forward(dx.get(), n, out.get(), stream());
+    return out.download({2 * bins, frames});
+}
+
+py::array_t<float> istft_from_logits(const FloatArray& logits, int n_fft, int hop) {
+    require_ndim(logits, 2, "logits");
+    require(dim(logits, 0) == 2 * (n_fft / 2 + 1), "istft_from_logits: wrong channel count");
+    const int frames = dim(logits, 1), n = hop * (frames - 1);
+    ops::Stft stft(n_fft, hop);
+    DFloat dl = DFloat::from(logits), out = DFloat::poisoned(n);
+    stft.inverse_from_logits(dl.get(), frames, out.get(), stream());
+    return out.download({n});
+}
+
+py::array_t<float> harmonic_source(const FloatArray& f0, int upp, const FloatArray& lin_w,
+                                   const FloatArray& lin_b, std::optional<uint64_t> seed,
+                                   int sample_rate, int n_harm, float sine_amp, float noise_std,
+                                   float voiced_threshold) {
+    const int Tf = int(f0.size());
+    require(int(lin_w.size()) == n_harm && lin_b.size() == 1, "harmonic_source: l_linear shapes");
+    DFloat df0 = DFloat::from(f0), dw = DFloat::from(lin_w), db = DFloat::from(lin_b);
+    DFloat out = DFloat::poisoned(int64_t(Tf) * upp);
+    DeviceArray<double> scratch(ops::harmonic_source_scratch_doubles(Tf, upp, n_harm));
+    ops::harmonic_source(df0.get(), Tf, upp, n_harm, sample_rate, sine_amp, noise_std,
+                         voiced_threshold, dw.get(), db.get(), !seed.has_value(), seed.value_or(0),
+                         out.get(), scratch.get(), stream());
+    return out.download({py::ssize_t(Tf) * upp});
+}
+
+}  // namespace
+
+void register_ops(py::module_& m) {
+    using namespace py::literals;
+    py::module_ o = m.def_submodule(
+        "ops", "Test bindings of the CUDA ops: NumPy in, NumPy out (outputs poisoned with NaN first).");
+    o.def("matmul", &matmul, "a"_a, "b"_a, "trans_a"_a = false, "trans_b"_a = false);
+    o.def("linear", &linear, "x"_a, "w"_a, "b"_a = py::none(), "y0"_a = py::none(), "beta"_a = 0.f);
+    o.def("albert_embeddings", &albert_embeddings, "ids"_a, "word"_a, "pos"_a = py::none(),
+          "type0"_a = py::none());
+    o.def("gelu_new", &gelu_new, "x"_a);
+    o.def("leaky_relu", &leaky_relu, "x"_a, "slope"_a, "in_place"_a = false);
+    o.def("add_scaled", &add_scaled, "a"_a, "b"_a, "scale"_a);
+    o.def("copy_rows", &copy_rows, "src"_a, "src_col"_a, "dst"_a, "dst_col"_a, "cols"_a);
+    o.def("transpose", &transpose, "x"_a);
+    o.def("durations_from_logits", &durations_from_logits, "logits"_a, "speed"_a);
+    o.def("frame_token_index", &frame_token_index, "dur"_a);
+    o.def("expand_frames", &expand_frames, "x"_a, "frame_token"_a);
+    o.def("upsample_nearest", &upsample_nearest, "x"_a, "scale"_a);
+    o.def("interpolate_linear", &interpolate_linear, "x"_a, "scale"_a);
+    o.def("reflection_pad", &reflection_pad, "x"_a, "left"_a, "right"_a);
+    o.def("layer_norm", &layer_norm, "x"_a, "channels_first"_a = false, "gamma"_a = py::none(),
+          "beta"_a = py::none(), "style_gamma"_a = py::none(), "style_beta"_a = py::none(),
+          "eps"_a = 1e-5f, "in_place"_a = false);
+    o.def("adain", &adain, "x"_a, "style"_a, "act"_a = "none", "slope"_a = 0.2f,
+          "alpha"_a = py::none(), "in_place"_a = false);
+    o.def("conv1d", &conv1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1, "pad"_a = 0,
+          "dilation"_a = 1, "groups"_a = 1, "residual"_a = py::none(),
+          "residual_in_place"_a = false);
+    o.def("conv_transpose1d", &conv_transpose1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1,
+          "pad"_a = 0, "output_padding"_a = 0, "groups"_a = 1);
+    o.def("lstm_bidirectional", &lstm_bidirectional, "x"_a, "w_ih"_a, "w_hh"_a, "b"_a);
+    o.def("attention", &attention, "q"_a, "k"_a, "v"_a, "heads"_a, "valid_len"_a);
+    o.def("stft_mag_phase", &stft_mag_phase, "x"_a, "n_fft"_a = 20, "hop"_a = 5);
+    o.def("istft_from_logits", &istft_from_logits, "logits"_a, "n_fft"_a = 20, "hop"_a = 5);
+    o.def("harmonic_source", &harmonic_source, "f0"_a, "upp"_a, "lin_w"_a, "lin_b"_a,
+          "seed"_a = py::none(), "sample_rate"_a = 24000, "n_harm"_a = 9, "sine_amp"_a = 0.1f,
+          "noise_std"_a = 0.003f, "voiced_threshold"_a = 10.f);
+}
+
+}  // namespace kokoro

@@ -1,0 +1,536 @@
+"""CUDA ops (kokoro_gpu._native.ops) against the NumPy reference ops (kokoro_gpu.ops).
+
+Every test draws fresh random inputs, runs the op on the GPU (the bindings fill
+outputs with NaN first, so an unwritten element fails) and compares with the
+reference op evaluated in float64. Errors are normwise: max |gpu - ref| over
+max |ref|. Tolerances follow float32 rounding (unit roundoff 6e-8): pure data
+movement is exact; pointwise maths within 1e-6 (libm vs CUDA ulp differences,
+fused multiply-adds); reductions within 1e-5 up to ~1000 terms and 3e-5
+beyond (error growth ~ sqrt(n) u with headroom); recurrences and the
+exp/atan2 spectral paths get the looser bound where noted.
+
+The whole module is skipped when the extension or a GPU is missing.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kokoro_gpu import ops as ref
+
+SHORT_REDUCTION_TOL = 1e-5  # up to ~1000 terms per output
+LONG_REDUCTION_TOL = 3e-5  # longer reductions (e.g. 1090 channels x 3 taps)
+POINTWISE_TOL = 1e-6
+
+
+def _load_native_ops() -> Any:
+    native = pytest.importorskip("kokoro_gpu._native", reason="kokoro_gpu._native is not built")
+    if not hasattr(native, "ops"):
+        pytest.skip("kokoro_gpu._native has no ops submodule", allow_module_level=True)
+    status = native.cuda_status()
+    if status.get("device_count", 0) == 0:
+        pytest.skip(f"no usable GPU: {status.get('message')}", allow_module_level=True)
+    return native.ops
+
+
+gpu = _load_native_ops()
+
+
+def f32(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def f64(a: np.ndarray | None) -> np.ndarray | None:
+    return None if a is None else np.asarray(a, dtype=np.float64)
+
+
+def rel_error(got: np.ndarray, want: np.ndarray, scale: float | None = None) -> float:
+    """max |got - want| / scale, scale defaulting to max |want| (0 when both are zero)."""
+    if not want.size:
+        return 0.0
+    err = float(np.max(np.abs(got.astype(np.float64) - want)))
+    scale = float(np.max(np.abs(want))) if scale is None else scale
+    return err / scale if scale > 0 else err
+
+
+def check(name: str, got: np.ndarray, want: np.ndarray, tol: float, scale: float | None = None) -> None:
+    """Shape, no NaN left from the poisoning, and the normwise relative error within tol."""
+    assert got.shape == want.shape, f"{name}: shape {got.shape} != {want.shape}"
+    assert np.all(np.isfinite(got)), f"{name}: non-finite output (unwritten element?)"
+    err = rel_error(got, np.asarray(want, dtype=np.float64), scale)
+    print(f"[native-ops] {name}: max rel err {err:.2e} (tol {tol:.0e})")
+    assert err <= tol, f"{name}: max relative error {err:.3e} > {tol:.0e}"
+
+
+def reduction_tol(n: int) -> float:
+    return SHORT_REDUCTION_TOL if n <= 1024 else LONG_REDUCTION_TOL
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> np.random.Generator:
+    """Fresh inputs per test, reproducible from the test's name."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+# ------------------------------------------------------------------ linear
+
+
+@pytest.mark.parametrize("trans_a", [False, True])
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (37, 53, 129), (130, 7, 300)])
+def test_matmul(rng: np.random.Generator, trans_a: bool, trans_b: bool, m: int, n: int, k: int) -> None:
+    a = f32(rng.standard_normal((k, m) if trans_a else (m, k)))
+    b = f32(rng.standard_normal((n, k) if trans_b else (k, n)))
+    want = (f64(a).T if trans_a else f64(a)) @ (f64(b).T if trans_b else f64(b))
+    check(
+        f"matmul {m}x{n}x{k} ta={trans_a} tb={trans_b}",
+        gpu.matmul(a, b, trans_a, trans_b),
+        want,
+        reduction_tol(k),
+    )
+
+
+@pytest.mark.parametrize("rows,d_in,d_out", [(1, 1, 1), (1, 768, 512), (17, 128, 768), (511, 2048, 768)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear(rng: np.random.Generator, rows: int, d_in: int, d_out: int, bias: bool) -> None:
+    x = f32(rng.standard_normal((rows, d_in)))
+    w = f32(rng.standard_normal((d_out, d_in)) / math.sqrt(d_in))
+    b = f32(rng.standard_normal(d_out)) if bias else None
+    check(
+        f"linear {rows}x{d_in}->{d_out} bias={bias}",
+        gpu.linear(x, w, b),
+        ref.linear(f64(x), f64(w), f64(b)),
+        reduction_tol(d_in),
+    )
+
+
+def test_linear_accumulates_with_beta(rng: np.random.Generator) -> None:
+    x, w = f32(rng.standard_normal((9, 65))), f32(rng.standard_normal((33, 65)))
+    b, y0 = f32(rng.standard_normal(33)), f32(rng.standard_normal((9, 33)))
+    want = ref.linear(f64(x), f64(w), f64(b)) + 0.5 * f64(y0)
+    check("linear beta=0.5", gpu.linear(x, w, b, y0, 0.5), want, SHORT_REDUCTION_TOL)
+
+
+# ------------------------------------------------------------- elementwise
+
+
+@pytest.mark.parametrize("t_len,dim", [(1, 1), (7, 128), (512, 512)])
+def test_embeddings(rng: np.random.Generator, t_len: int, dim: int) -> None:
+    ids = rng.integers(0, 178, t_len).astype(np.int32)
+    word = f32(rng.standard_normal((178, dim)))
+    pos, type0 = f32(rng.standard_normal((t_len, dim))), f32(rng.standard_normal(dim))
+    np.testing.assert_array_equal(gpu.albert_embeddings(ids, word), word[ids])
+    np.testing.assert_array_equal(gpu.albert_embeddings(ids, word, pos, type0), (word[ids] + type0) + pos)
+
+
+@pytest.mark.parametrize("n", [1, 1000, 100003])
+def test_gelu_new(rng: np.random.Generator, n: int) -> None:
+    x = f32(rng.standard_normal(n) * 4)
+    # Relative to max |x|: in float32, 1 + tanh(...) cancels for large negative x.
+    check(f"gelu_new n={n}", gpu.gelu_new(x), ref.gelu_new(f64(x)), POINTWISE_TOL, float(np.max(np.abs(x))))
+
+
+@pytest.mark.parametrize("slope", [0.01, 0.1, 0.2])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_leaky_relu(rng: np.random.Generator, slope: float, in_place: bool) -> None:
+    x = f32(rng.standard_normal((13, 257)))
+    np.testing.assert_array_equal(gpu.leaky_relu(x, slope, in_place), ref.leaky_relu(x, slope))
+
+
+def test_add_scaled(rng: np.random.Generator) -> None:
+    a, b = f32(rng.standard_normal((5, 1001))), f32(rng.standard_normal((5, 1001)))
+    scale = np.float32(1 / math.sqrt(2))
+    np.testing.assert_array_equal(gpu.add_scaled(a, b, float(scale)), (a + b) * scale)
+
+
+def test_copy_rows(rng: np.random.Generator) -> None:
+    src, dst = f32(rng.standard_normal((37, 640))), f32(rng.standard_normal((37, 1090)))
+    want = dst.copy()
+    want[:, 1024:1088] = src[:, 100:164]
+    np.testing.assert_array_equal(gpu.copy_rows(src, 100, dst, 1024, 64), want)
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (1, 77), (33, 65), (513, 7), (512, 768)])
+def test_transpose(rng: np.random.Generator, rows: int, cols: int) -> None:
+    x = f32(rng.standard_normal((rows, cols)))
+    np.testing.assert_array_equal(gpu.transpose(x), x.T)
+
+
+@pytest.mark.parametrize("t_len", [1, 17, 513])
+@pytest.mark.parametrize("speed", [1.0, 1.3, 0.7])
+def test_durations_from_logits(rng: np.random.Generator, t_len: int, speed: float) -> None:
+    logits = f32(rng.standard_normal((t_len, 50)) * 3)
+    logits[0] = -30  # every sigmoid ~0: clamped to 1
+    exact = ref.durations_float(f64(logits), speed)
+    # Sums within float32 rounding of a .5 boundary may round either way.
+    decided = np.abs(exact - np.floor(exact) - 0.5) > 1e-4
+    got = gpu.durations_from_logits(logits, speed)
+    want = ref.durations_from_logits(f64(logits), speed)
+    assert got.dtype == np.int32 and got[0] == 1
+    np.testing.assert_array_equal(got[decided], want[decided])
+
+
+@pytest.mark.parametrize("t_len,max_dur", [(1, 1), (5, 7), (1500, 12)])
+def test_frame_token_index(rng: np.random.Generator, t_len: int, max_dur: int) -> None:
+    dur = rng.integers(0 if t_len > 1 else 1, max_dur + 1, t_len).astype(np.int32)
+    np.testing.assert_array_equal(gpu.frame_token_index(dur), ref.frame_token_index(dur))
+
+
+@pytest.mark.parametrize("c,t_len", [(1, 1), (640, 37), (3, 500)])
+def test_expand_frames(rng: np.random.Generator, c: int, t_len: int) -> None:
+    x = f32(rng.standard_normal((c, t_len)))
+    frame_token = ref.frame_token_index(rng.integers(1, 9, t_len)).astype(np.int32)
+    np.testing.assert_array_equal(gpu.expand_frames(x, frame_token), ref.expand_frames(x, frame_token))
+
+
+@pytest.mark.parametrize("c,t_len,scale", [(1, 1, 300), (512, 37, 2), (3, 101, 300)])
+def test_upsample_nearest(rng: np.random.Generator, c: int, t_len: int, scale: int) -> None:
+    x = f32(rng.standard_normal((c, t_len)))
+    np.testing.assert_array_equal(gpu.upsample_nearest(x, scale), ref.upsample_nearest(x, scale))
+
+
+@pytest.mark.parametrize(
+    "c,t_len,scale",
+    [(1, 1, 2.0), (4, 37, 2.0), (3, 900, 1 / 300), (2, 13, 300.0), (5, 101, 1.5), (2, 64, 0.5), (1, 7, 1.0)],
+)
+def test_interpolate_linear(rng: np.random.Generator, c: int, t_len: int, scale: float) -> None:
+    x = f32(rng.standard_normal((c, t_len)))
+    check(
+        f"interpolate_linear {c}x{t_len} scale={scale:.4g}",
+        gpu.interpolate_linear(x, scale),
+        ref.interpolate_linear(f64(x), scale),
+        POINTWISE_TOL,
+    )
+
+
+@pytest.mark.parametrize(
+    "c,t_len,left,right", [(1, 2, 1, 0), (128, 61, 1, 0), (1, 11, 10, 10), (3, 37, 3, 5)]
+)
+def test_reflection_pad(rng: np.random.Generator, c: int, t_len: int, left: int, right: int) -> None:
+    x = f32(rng.standard_normal((c, t_len)))
+    np.testing.assert_array_equal(gpu.reflection_pad(x, left, right), ref.reflection_pad(x, left, right))
+
+
+# -------------------------------------------------------------------- norm
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 768), (7, 640), (513, 128), (3, 1), (5, 33)])
+@pytest.mark.parametrize("eps", [1e-12, 1e-5])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_layer_norm_rows(rng: np.random.Generator, rows: int, cols: int, eps: float, in_place: bool) -> None:
+    x = f32(rng.standard_normal((rows, cols)) * 3 + 1)
+    g, b = f32(rng.standard_normal(cols)), f32(rng.standard_normal(cols))
+    check(
+        f"layer_norm rows {rows}x{cols} eps={eps}",
+        gpu.layer_norm(x, False, g, b, eps=eps, in_place=in_place),
+        ref.layer_norm(f64(x), -1, f64(g), f64(b), eps),
+        SHORT_REDUCTION_TOL,
+    )
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 640), (37, 640), (100, 129)])
+def test_ada_layer_norm_rows(rng: np.random.Generator, rows: int, cols: int) -> None:
+    x = f32(rng.standard_normal((rows, cols)))
+    style = f32(rng.standard_normal(2 * cols) * 0.5)
+    got = gpu.layer_norm(x, False, style_gamma=style[:cols], style_beta=style[cols:], eps=1e-5)
+    check(f"ada_layer_norm {rows}x{cols}", got, ref.ada_layer_norm(f64(x), f64(style)), SHORT_REDUCTION_TOL)
+
+
+@pytest.mark.parametrize("c,t_len", [(640, 1), (512, 37), (129, 300), (1, 5)])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_layer_norm_channels(rng: np.random.Generator, c: int, t_len: int, in_place: bool) -> None:
+    x = f32(rng.standard_normal((c, t_len)) * 2 - 1)
+    g, b = f32(rng.standard_normal(c)), f32(rng.standard_normal(c))
+    got = gpu.layer_norm(x, True, g, b, eps=1e-5, in_place=in_place)
+    check(
+        f"layer_norm channels {c}x{t_len}",
+        got,
+        ref.layer_norm(f64(x), 0, f64(g), f64(b), 1e-5),
+        SHORT_REDUCTION_TOL,
+    )
+    style = f32(rng.standard_normal(2 * c) * 0.5)
+    got = gpu.layer_norm(x, True, style_gamma=style[:c], style_beta=style[c:], eps=1e-5, in_place=in_place)
+    want = ref.ada_layer_norm(f64(x).T, f64(style)).T
+    check(f"ada_layer_norm channels {c}x{t_len}", got, want, SHORT_REDUCTION_TOL)
+
+
+@pytest.mark.parametrize("c,t_len", [(1, 1), (64, 7), (257, 1001), (128, 36001)])
+@pytest.mark.parametrize("act", ["none", "leaky_relu", "snake"])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_adain(rng: np.random.Generator, c: int, t_len: int, act: str, in_place: bool) -> None:
+    x = f32(rng.standard_normal((c, t_len)) * 2 + 0.5)
+    style = f32(rng.standard_normal(2 * c) * 0.5)
+    alpha = f32(rng.uniform(0.2, 2.0, c))
+    got = gpu.adain(x, style, act, 0.2, alpha if act == "snake" else None, in_place)
+    want = ref.adain(f64(x), f64(style), None if act == "none" else act, 0.2, f64(alpha))
+    check(f"adain {act} {c}x{t_len}", got, want, reduction_tol(t_len))
+
+
+# -------------------------------------------------------------------- conv
+
+# (Cin, Cout, Tin, K, stride, pad, dilation, groups): every configuration the
+# model uses plus awkward sizes, on both the GEMM and the direct path.
+CONV1D_CASES = [
+    (64, 48, 101, 3, 1, 1, 1, 1),  # resblock k3 d1
+    (64, 48, 101, 3, 1, 3, 3, 1),  # k3 d3
+    (37, 29, 53, 3, 1, 5, 5, 1),  # k3 d5
+    (64, 64, 97, 7, 1, 3, 1, 1),  # k7 d1
+    (33, 40, 61, 7, 1, 9, 3, 1),  # k7 d3
+    (33, 40, 61, 7, 1, 15, 5, 1),  # k7 d5
+    (45, 31, 89, 11, 1, 5, 1, 1),  # k11 d1
+    (45, 31, 89, 11, 1, 15, 3, 1),  # k11 d3
+    (45, 31, 89, 11, 1, 25, 5, 1),  # k11 d5
+    (128, 128, 6007, 11, 1, 25, 5, 1),  # k11 d5, long enough for two im2col chunks
+    (70, 33, 13, 5, 1, 2, 1, 1),  # text encoder k5 p2
+    (70, 33, 1, 5, 1, 2, 1, 1),  # ... on one token
+    (22, 40, 121, 12, 6, 3, 1, 1),  # noise_convs[0]: k12 s6 p3
+    (1, 1, 7, 3, 2, 1, 1, 1),  # F0_conv / N_conv: k3 s2 p1 on 1 channel (direct)
+    (1, 1, 1, 3, 2, 1, 1, 1),
+    (1, 1, 300, 3, 2, 1, 1, 1),
+    (130, 65, 77, 1, 1, 0, 1, 1),  # 1x1 (pointwise GEMM)
+    (22, 128, 121, 1, 1, 0, 1, 1),  # noise_convs[1]: 1x1 22 -> 128
+    (512, 1, 31, 1, 1, 0, 1, 1),  # F0/N projection 1x1 -> 1 channel
+    (1090, 100, 33, 3, 1, 1, 1, 1),  # decoder k3 on 1090 channels
+    (1090, 64, 3001, 3, 1, 1, 1, 1),  # ... long: two im2col chunks
+    (16, 16, 29, 3, 1, 1, 1, 16),  # depthwise (direct)
+    (8, 6, 23, 3, 1, 1, 1, 2),  # grouped (direct)
+    (3, 5, 17, 4, 2, 1, 2, 1),  # tiny dense (direct), stride + dilation
+]
+
+
+@pytest.mark.parametrize("case", CONV1D_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_conv1d(rng: np.random.Generator, case: tuple[int, ...]) -> None:
+    c_in, c_out, t_in, k, stride, pad, dilation, groups = case
+    x = f32(rng.standard_normal((c_in, t_in)))
+    w = f32(rng.standard_normal((c_out, c_in // groups, k)) / math.sqrt(c_in // groups * k))
+    b = f32(rng.standard_normal(c_out))
+    want = ref.conv1d(f64(x), f64(w), f64(b), stride, pad, dilation, groups)
+    tol = reduction_tol(c_in // groups * k)
+    check(f"conv1d {case}", gpu.conv1d(x, w, b, stride, pad, dilation, groups), want, tol)
+    nobias = ref.conv1d(f64(x), f64(w), None, stride, pad, dilation, groups)
+    check(f"conv1d no bias {case}", gpu.conv1d(x, w, None, stride, pad, dilation, groups), nobias, tol)
+    residual = f32(rng.standard_normal(want.shape))
+    for in_place in (False, True):
+        got = gpu.conv1d(x, w, b, stride, pad, dilation, groups, residual, in_place)
+        check(f"conv1d + residual (in place {in_place}) {case}", got, want + f64(residual), tol)
+
+
+# (Cin, Cout, Tin, K, stride, pad, output_padding, groups)
+CONV_TRANSPOSE_CASES = [
+    (64, 48, 17, 20, 10, 5, 0, 1),  # ups[0]: k20 s10 p5
+    (64, 48, 1, 20, 10, 5, 0, 1),
+    (512, 256, 61, 20, 10, 5, 0, 1),  # ups[0] at full width
+    (40, 24, 31, 12, 6, 3, 0, 1),  # ups[1]: k12 s6 p3
+    (256, 128, 2, 12, 6, 3, 0, 1),
+    (33, 33, 10, 3, 2, 1, 1, 33),  # AdainResBlk1d pool: depthwise k3 s2 p1 op1
+    (33, 33, 1, 3, 2, 1, 1, 33),
+    (1090, 1090, 37, 3, 2, 1, 1, 1090),
+    (3, 5, 17, 4, 2, 1, 0, 1),  # tiny dense (direct)
+    (8, 6, 9, 5, 3, 2, 2, 2),  # grouped (direct)
+]
+
+
+@pytest.mark.parametrize("case", CONV_TRANSPOSE_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_conv_transpose1d(rng: np.random.Generator, case: tuple[int, ...]) -> None:
+    c_in, c_out, t_in, k, stride, pad, out_pad, groups = case
+    x = f32(rng.standard_normal((c_in, t_in)))
+    w = f32(rng.standard_normal((c_in, c_out // groups, k)) / math.sqrt(c_in // groups))
+    b = f32(rng.standard_normal(c_out))
+    for bias in (b, None):
+        want = ref.conv_transpose1d(f64(x), f64(w), f64(bias), stride, pad, out_pad, groups)
+        got = gpu.conv_transpose1d(x, w, bias, stride, pad, out_pad, groups)
+        check(
+            f"conv_transpose1d bias={bias is not None} {case}", got, want, reduction_tol(c_in // groups * k)
+        )
+
+
+# -------------------------------------------------------- lstm, attention
+
+
+@pytest.mark.parametrize("t_len,d_in,hidden", [(1, 640, 256), (2, 17, 33), (37, 640, 256), (150, 512, 256)])
+def test_lstm_bidirectional(rng: np.random.Generator, t_len: int, d_in: int, hidden: int) -> None:
+    x = f32(rng.standard_normal((t_len, d_in)))
+    w_ih = f32(rng.uniform(-1, 1, (2, 4 * hidden, d_in)) / math.sqrt(hidden))
+    w_hh = f32(rng.uniform(-1, 1, (2, 4 * hidden, hidden)) / math.sqrt(hidden))
+    b = f32(rng.uniform(-1, 1, (2, 4 * hidden)) / math.sqrt(hidden))
+    want = ref.lstm_bidirectional(f64(x), f64(w_ih), f64(w_hh), f64(b))
+    # Rounding of each step feeds the next: allow the long-reduction bound.
+    check(
+        f"lstm T={t_len} In={d_in} H={hidden}",
+        gpu.lstm_bidirectional(x, w_ih, w_hh, b),
+        want,
+        LONG_REDUCTION_TOL,
+    )
+
+
+@pytest.mark.parametrize(
+    "t_len,heads,head_dim",
+    [(1, 12, 64), (7, 12, 64), (33, 12, 64), (512, 12, 64), (101, 3, 48), (40, 2, 128)],
+)
+@pytest.mark.parametrize("masked", [0, 3])
+def test_attention(rng: np.random.Generator, t_len: int, heads: int, head_dim: int, masked: int) -> None:
+    width = heads * head_dim
+    q, k, v = (f32(rng.standard_normal((t_len, width))) for _ in range(3))
+    valid_len = max(t_len - masked, 1)
+    want = ref.attention(f64(q), f64(k), f64(v), heads, valid_len)
+    check(
+        f"attention T={t_len} {heads}x{head_dim} valid={valid_len}",
+        gpu.attention(q, k, v, heads, valid_len),
+        want,
+        SHORT_REDUCTION_TOL,
+    )
+
+
+def test_attention_all_keys_masked(rng: np.random.Generator) -> None:
+    q, k, v = (f32(rng.standard_normal((9, 128))) for _ in range(3))
+    check(
+        "attention valid_len=0",
+        gpu.attention(q, k, v, 2, 0),
+        ref.attention(f64(q), f64(k), f64(v), 2, 0),
+        SHORT_REDUCTION_TOL,
+    )
+
+
+# -------------------------------------------------------------------- stft
+
+
+@pytest.mark.parametrize("n", [11, 600, 1001, 12347])
+def test_stft_mag_phase(rng: np.random.Generator, n: int) -> None:
+    x = f32(np.tanh(rng.standard_normal(n)))
+    got = gpu.stft_mag_phase(x)
+    want = ref.stft_mag_phase(f64(x))
+    bins = want.shape[0] // 2
+    check(f"stft magnitude n={n}", got[:bins], want[:bins], SHORT_REDUCTION_TOL)
+    # Phase is only defined where the magnitude is well above rounding noise.
+    mag = want[:bins]
+    reliable = mag > 1e-2 * mag.max()
+    diff = np.angle(np.exp(1j * (got[bins:].astype(np.float64) - want[bins:])))
+    worst = float(np.max(np.abs(diff[reliable])))
+    print(f"[native-ops] stft phase n={n}: max abs err {worst:.2e} rad where |X| > 1% of max")
+    assert np.all(np.isfinite(got[bins:]))
+    assert worst < 1e-4
+
+
+@pytest.mark.parametrize("frames", [2, 3, 121, 1201])
+def test_istft_from_logits(rng: np.random.Generator, frames: int) -> None:
+    logits = f32(np.concatenate([rng.standard_normal((11, frames)), rng.standard_normal((11, frames)) * 2]))
+    check(
+        f"istft frames={frames}",
+        gpu.istft_from_logits(logits),
+        ref.istft_from_logits(f64(logits)),
+        SHORT_REDUCTION_TOL,
+    )
+
+
+def test_istft_single_frame_is_empty() -> None:
+    assert gpu.istft_from_logits(np.zeros((22, 1), np.float32)).shape == (0,)
+
+
+# ------------------------------------------------------------------ source
+
+
+def _voiced_f0(rng: np.random.Generator, n: int) -> np.ndarray:
+    f0 = rng.uniform(100, 250, n)
+    f0[rng.random(n) < 0.2] = 0.0  # unvoiced stretches
+    return f32(f0)
+
+
+@pytest.mark.parametrize("t_f,upp", [(1, 300), (2, 1), (37, 2), (37, 3), (200, 300)])
+def test_harmonic_source_deterministic(rng: np.random.Generator, t_f: int, upp: int) -> None:
+    f0 = _voiced_f0(rng, t_f)
+    lin_w, lin_b = f32(rng.standard_normal((1, 9)) * 0.3), f32(rng.standard_normal(1) * 0.1)
+    want = ref.harmonic_source(f64(f0), upp, f64(lin_w), f64(lin_b), rng=None)
+    check(
+        f"harmonic_source deterministic Tf={t_f} upp={upp}",
+        gpu.harmonic_source(f0, upp, lin_w, lin_b),
+        want,
+        SHORT_REDUCTION_TOL,
+    )
+
+
+def _one_hot(h: int, n_harm: int = 9) -> np.ndarray:
+    w = np.zeros((1, n_harm), np.float32)
+    w[0, h] = 1.0
+    return w
+
+
+ZERO_BIAS = np.zeros(1, np.float32)
+
+
+def test_harmonic_source_seeding(rng: np.random.Generator) -> None:
+    f0 = _voiced_f0(rng, 50)
+    lin_w = f32(rng.standard_normal((1, 9)) * 0.3)
+    a = gpu.harmonic_source(f0, 300, lin_w, ZERO_BIAS, seed=1234)
+    np.testing.assert_array_equal(a, gpu.harmonic_source(f0, 300, lin_w, ZERO_BIAS, seed=1234))
+    b = gpu.harmonic_source(f0, 300, lin_w, ZERO_BIAS, seed=1235)
+    assert np.all(np.isfinite(a)) and np.mean(a != b) > 0.99
+
+
+@pytest.mark.parametrize("h", [0, 4, 8])
+def test_harmonic_source_unvoiced_noise(h: int) -> None:
+    """Unvoiced (f0 = 0): the output is tanh(noise) with noise ~ N(0, (sine_amp / 3)^2)."""
+    f0 = np.zeros(200, np.float32)
+    noise = np.arctanh(gpu.harmonic_source(f0, 300, _one_hot(h), ZERO_BIAS, seed=7 + h).astype(np.float64))
+    n, sigma = noise.size, 0.1 / 3
+    assert abs(noise.mean()) < 5 * sigma / math.sqrt(n)
+    assert abs(noise.std() / sigma - 1) < 5 * math.sqrt(0.5 / n)
+    z = np.sort(noise / sigma)  # Kolmogorov-Smirnov against the standard normal
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(z / math.sqrt(2)))
+    ks = max(np.max(np.arange(1, n + 1) / n - cdf), np.max(cdf - np.arange(n) / n))
+    assert ks < 1.95 / math.sqrt(n)  # 0.1 % level
+    # The harmonics draw independent noise: their sum has variance 2 sigma^2.
+    pair = np.zeros((1, 9), np.float32)
+    pair[0, [h, (h + 1) % 9]] = 1.0
+    both = np.arctanh(gpu.harmonic_source(f0, 300, pair, ZERO_BIAS, seed=99).astype(np.float64))
+    assert abs(both.std() / (sigma * math.sqrt(2)) - 1) < 5 * math.sqrt(0.5 / n)
+
+
+def test_harmonic_source_voiced_noise(rng: np.random.Generator) -> None:
+    """Voiced: seeded minus deterministic output (through arctanh) is N(0, noise_std^2)."""
+    f0 = f32(rng.uniform(100, 250, 200))
+    w = _one_hot(2)
+    clean = np.arctanh(gpu.harmonic_source(f0, 300, w, ZERO_BIAS).astype(np.float64))
+    noisy = np.arctanh(gpu.harmonic_source(f0, 300, w, ZERO_BIAS, seed=3).astype(np.float64))
+    noise = noisy - clean
+    n, sigma = noise.size, 0.003
+    assert abs(noise.mean()) < 5 * sigma / math.sqrt(n)
+    assert abs(noise.std() / sigma - 1) < 5 * math.sqrt(0.5 / n) + 1e-3
+
+
+def test_harmonic_source_initial_phases() -> None:
+    """Initial phases: none for the fundamental, uniform [0, 1) cycles for harmonics 2..9.
+
+    With upp = 1 the frame-rate integration keeps the phase added at sample 0;
+    with f0 = 0 counted as voiced and no noise, harmonic h then outputs the
+    constant tanh(sine_amp sin(2 pi phi_h)), so sin(2 pi phi) follows the
+    arcsine law (CDF 1/2 + asin(s) / pi) if phi is uniform.
+    """
+    f0 = np.zeros(4, np.float32)
+    kwargs: dict[str, float] = {"noise_std": 0.0, "voiced_threshold": -1.0, "sine_amp": 0.1}
+    fundamental = gpu.harmonic_source(f0, 1, _one_hot(0), ZERO_BIAS, seed=5, **kwargs)
+    np.testing.assert_array_equal(fundamental, np.zeros(4, np.float32))
+    for h in (1, 8):
+        s = np.array(
+            [
+                np.arctanh(
+                    np.float64(gpu.harmonic_source(f0, 1, _one_hot(h), ZERO_BIAS, seed=seed, **kwargs)[0])
+                )
+                / 0.1
+                for seed in range(400)
+            ]
+        )
+        s = np.sort(np.clip(s, -1, 1))
+        n = s.size
+        cdf = 0.5 + np.arcsin(s) / np.pi
+        ks = max(np.max(np.arange(1, n + 1) / n - cdf), np.max(cdf - np.arange(n) / n))
+        assert ks < 1.95 / math.sqrt(n), f"harmonic {h + 1}: KS {ks:.3f}"
+    # Different harmonics draw different phases.
+    per_harmonic = {
+        float(gpu.harmonic_source(f0, 1, _one_hot(h), ZERO_BIAS, seed=11, **kwargs)[0]) for h in range(1, 9)
+    }
+    assert len(per_harmonic) == 8
