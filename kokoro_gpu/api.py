@@ -1,0 +1,287 @@
+"""The public API: KokoroTTS and its results.
+
+``KokoroTTS.from_pretrained`` resolves the model (hub repo id or local
+directory), loads the checkpoint into folded float32 weights, and builds the
+backend for the requested device; ``synthesize`` turns text (or phonemes) and
+a voice into 24 kHz audio with word timestamps, chunking long input at
+sentence and clause boundaries; ``stream`` yields the chunks as they are
+made. The module-level ``synthesize`` does the same on a cached model.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import re
+import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .backends import Backend, create_backend
+from .checkpoint import load_checkpoint, resolve_model
+from .config import SAMPLE_RATE, ModelConfig
+from .errors import InputError
+from .text.chunking import MAX_PHONEMES, Chunk, WordSpan, chunk_words, split_paragraphs
+from .text.g2p import LANG_NAMES, FrontEnd, Word, front_end, resolve_lang
+from .text.timestamps import WordTimestamp, word_timestamps
+from .tokens import phonemes_to_ids
+from .voices import VoiceStore, style_for, voice_lang_code
+
+logger = logging.getLogger("kokoro_gpu")
+
+DEFAULT_MODEL = "hexgrad/Kokoro-82M"
+DEFAULT_VOICE = "af_heart"
+VoiceSpec = str | Path | np.ndarray
+# Official voice names start with the language code, then f/m for the gender: "af_heart".
+_OFFICIAL_VOICE_NAME = re.compile(r"[abefhijpz][fm]_")
+
+
+@dataclass
+class SynthesisResult:
+    """One synthesis: mono float32 audio at ``sample_rate`` and how it was made.
+
+    ``durations`` are frames (600 samples) per token, boundary tokens included,
+    chunk after chunk; ``phonemes`` the chunks' phoneme strings joined by
+    spaces; ``words`` when each word is spoken; ``text`` the text synthesised.
+    """
+
+    audio: np.ndarray
+    sample_rate: int
+    durations: np.ndarray
+    phonemes: str
+    words: list[WordTimestamp] = field(default_factory=list)
+    text: str = ""
+
+    @property
+    def seconds(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+
+def _join(results: list[SynthesisResult], sample_rate: int) -> SynthesisResult:
+    return SynthesisResult(
+        audio=np.concatenate([r.audio for r in results]).astype(np.float32, copy=False),
+        sample_rate=sample_rate,
+        durations=np.concatenate([r.durations for r in results]),
+        phonemes=" ".join(r.phonemes for r in results),
+        words=[w for r in results for w in r.words],
+        text=" ".join(r.text for r in results if r.text),
+    )
+
+
+def _phoneme_chunks(phonemes: str, limit: int) -> list[Chunk]:
+    """Phoneme input as chunks; input that fits is kept exactly as given (its length picks the style)."""
+    if len(phonemes) <= limit:
+        spans = tuple(WordSpan(m.group(), m.start(), m.end()) for m in re.finditer(r"\S+", phonemes))
+        return [Chunk(text="", phonemes=phonemes, words=spans)]
+    return chunk_words([Word(w, w) for w in phonemes.split()], limit)
+
+
+def _voice_lang(voice: VoiceSpec) -> str | None:
+    """The language of an official voice name (or a file or mix named like one), else None."""
+    if isinstance(voice, np.ndarray):
+        return None
+    spec = str(voice)
+    first = re.split(r"[+,(]", spec.strip(), maxsplit=1)[0].strip()
+    return voice_lang_code(spec) if _OFFICIAL_VOICE_NAME.match(Path(first).name) else None
+
+
+def choose_lang(voice: VoiceSpec, lang: str | None) -> str:
+    """The front end's language: ``lang`` if given (warning if the voice's differs), else the voice's."""
+    voice_code = _voice_lang(voice)
+    if lang is None:
+        return voice_code or "a"
+    code = resolve_lang(lang)
+    if voice_code is not None and voice_code != code:
+        warnings.warn(
+            f"voice {voice!s} is {LANG_NAMES[voice_code]} but the text is read as {LANG_NAMES[code]}; "
+            "it will speak with an accent (pick a voice of the same language to avoid it)",
+            stacklevel=3,
+        )
+    return code
+
+
+def check_speed(speed: float) -> float:
+    try:
+        value = float(speed)
+    except (TypeError, ValueError):
+        raise InputError(f"speed must be a number, got {speed!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"speed must be a finite number > 0, got {speed!r}")
+    return value
+
+
+class KokoroTTS:
+    """A loaded Kokoro model on one backend."""
+
+    def __init__(self, config: ModelConfig, backend: Backend, voices: VoiceStore) -> None:
+        self.config = config
+        self.backend = backend
+        self.voices = voices
+        self.sample_rate = SAMPLE_RATE
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model: str | Path = DEFAULT_MODEL,
+        device: str = "auto",
+        precision: str = "fp32",
+        *,
+        local_files_only: bool = False,
+    ) -> KokoroTTS:
+        """Load ``model`` (a Hugging Face repo id or a local directory) onto ``device``."""
+        files = resolve_model(str(model), local_files_only=local_files_only)
+        config = ModelConfig.load(files.config_path)
+        weights = load_checkpoint(files.checkpoint_path, config)
+        backend = create_backend(device, config, weights, precision)
+        logger.info("kokoro_gpu: %s on %s (%s)", files.checkpoint_path, backend.device, backend.precision)
+        return cls(config, backend, VoiceStore(files.voices_dir, files.repo_id))
+
+    @property
+    def device(self) -> str:
+        return self.backend.device
+
+    @property
+    def precision(self) -> str:
+        return self.backend.precision
+
+    def list_voices(self) -> list[str]:
+        return self.voices.available()
+
+    def synthesize(
+        self,
+        text: str | None = None,
+        *,
+        phonemes: str | None = None,
+        voice: VoiceSpec = DEFAULT_VOICE,
+        speed: float = 1.0,
+        lang: str | None = None,
+        deterministic: bool = False,
+        seed: int | None = None,
+    ) -> SynthesisResult:
+        """Text (or ``phonemes=``) of any length and a voice -> audio with word timestamps.
+
+        ``lang`` is a language code or alias (``a``, ``en-us``, ``b``, ``es``,
+        ``fr``, ``hi``, ``it``, ``pt-br``, ``ja``, ``zh``), by default the
+        voice's. Long input is split into chunks of at most 510 phonemes at
+        sentence, then clause boundaries; each is synthesised and the audio
+        joined. ``deterministic`` zeroes the generator's random phases and
+        noise; otherwise ``seed`` (chunk ``i`` uses ``seed + i``) makes them
+        reproducible.
+        """
+        results = list(
+            self.stream(
+                text,
+                phonemes=phonemes,
+                voice=voice,
+                speed=speed,
+                lang=lang,
+                deterministic=deterministic,
+                seed=seed,
+            )
+        )
+        return results[0] if len(results) == 1 else _join(results, self.sample_rate)
+
+    def stream(
+        self,
+        text: str | None = None,
+        *,
+        phonemes: str | None = None,
+        voice: VoiceSpec = DEFAULT_VOICE,
+        speed: float = 1.0,
+        lang: str | None = None,
+        deterministic: bool = False,
+        seed: int | None = None,
+    ) -> Iterator[SynthesisResult]:
+        """Like ``synthesize``, but yield each chunk's result as soon as it is made.
+
+        Word timestamps are absolute (seconds from the start of the first
+        chunk). Arguments are checked before this returns; the text is
+        phonemised line by line as the iteration proceeds.
+        """
+        if (text is None) == (phonemes is None):
+            raise InputError("pass either text or phonemes=..., not both and not neither")
+        source = text if text is not None else phonemes
+        if not isinstance(source, str):
+            raise InputError(f"{'text' if text is not None else 'phonemes'} must be a str, "
+                             f"got {type(source).__name__}")
+        if not source.strip():
+            raise InputError(f"{'text' if text is not None else 'phonemes'} is empty; pass something to say")
+        speed = check_speed(speed)
+        pack = self.voices.load(voice)
+        limit = min(MAX_PHONEMES, self.config.max_phonemes)
+        if phonemes is not None:
+            chunks: Iterable[Chunk] = _phoneme_chunks(phonemes, limit)
+        else:
+            chunks = self._text_chunks(text, front_end(choose_lang(voice, lang)), limit)
+        return self._stream(chunks, pack, speed, deterministic, seed)
+
+    @staticmethod
+    def _text_chunks(text: str, g2p: FrontEnd, limit: int) -> Iterator[Chunk]:
+        for line in split_paragraphs(text):
+            yield from chunk_words(g2p(line), limit)
+
+    def _stream(
+        self, chunks: Iterable[Chunk], pack: np.ndarray, speed: float, deterministic: bool, seed: int | None
+    ) -> Iterator[SynthesisResult]:
+        offset = 0.0
+        made = 0
+        for chunk in chunks:
+            result = self._synthesize_phonemes(
+                chunk.phonemes, pack, speed, deterministic, None if seed is None else seed + made
+            )
+            result.words = word_timestamps(
+                chunk.words, chunk.phonemes, result.durations, self.config.vocab, offset
+            )
+            result.text = chunk.text
+            offset += result.seconds
+            made += 1
+            yield result
+        if not made:
+            raise InputError("the text yields no phonemes to speak; pass words, or phonemes=...")
+
+    def _synthesize_phonemes(
+        self, phonemes: str, pack: np.ndarray, speed: float, deterministic: bool, seed: int | None
+    ) -> SynthesisResult:
+        input_ids = phonemes_to_ids(phonemes, self.config.vocab, self.config.max_phonemes)
+        ref_s = style_for(pack, phonemes)
+        audio, durations = self.backend.forward(
+            input_ids, ref_s, speed, deterministic=deterministic, seed=seed
+        )
+        return SynthesisResult(
+            audio=audio, sample_rate=self.sample_rate, durations=durations, phonemes=phonemes
+        )
+
+
+@functools.lru_cache(maxsize=1)
+def _cached_model(model: str, device: str, precision: str) -> KokoroTTS:
+    return KokoroTTS.from_pretrained(model, device=device, precision=precision)
+
+
+def synthesize(
+    text: str | None = None,
+    *,
+    phonemes: str | None = None,
+    voice: VoiceSpec = DEFAULT_VOICE,
+    speed: float = 1.0,
+    lang: str | None = None,
+    model: str | Path = DEFAULT_MODEL,
+    device: str = "auto",
+    precision: str = "fp32",
+    deterministic: bool = False,
+    seed: int | None = None,
+) -> SynthesisResult:
+    """``KokoroTTS.synthesize`` on a model loaded once and kept for the next call with the same model."""
+    tts = _cached_model(str(model), device, precision)
+    return tts.synthesize(
+        text,
+        phonemes=phonemes,
+        voice=voice,
+        speed=speed,
+        lang=lang,
+        deterministic=deterministic,
+        seed=seed,
+    )

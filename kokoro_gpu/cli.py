@@ -1,0 +1,292 @@
+"""kokoro-speak: text in, speech out.
+
+    kokoro-speak "Hello there." -o hello.wav
+    kokoro-speak -i chapter.txt -o chapter.flac --voice bf_emma --timestamps chapter.srt
+    echo "Hi." | kokoro-speak -o - | aplay -f S16_LE -r 24000 -c 1
+
+Exit status: 0 on success, 2 on bad input (one line on stderr), 1 when the
+compute backend fails. Output files are written under a temporary name and
+renamed when complete, so a failed run never leaves a partial file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, NoReturn
+
+import numpy as np
+
+from .api import DEFAULT_MODEL, DEFAULT_VOICE, KokoroTTS, SynthesisResult, check_speed
+from .backends import DEVICES
+from .config import SAMPLE_RATE
+from .errors import BackendError, InputError, KokoroError
+from .text.g2p import LANG_NAMES, resolve_lang
+from .text.timestamps import WordTimestamp
+
+PROG = "kokoro-speak"
+# Extension -> (soundfile format, subtype).
+AUDIO_FORMATS = {".wav": ("WAV", "PCM_16"), ".flac": ("FLAC", "PCM_16"), ".ogg": ("OGG", "VORBIS")}
+TIMESTAMP_FORMATS = (".json", ".srt")
+# Inputs longer than this (characters) get a progress bar on a terminal.
+PROGRESS_MIN_CHARS = 400
+_BAR_WIDTH = 30
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line instead of argparse's usage block.
+        raise _UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=PROG,
+        description="Speak text with Kokoro-82M.",
+        epilog="Languages: " + ", ".join(f"{c} ({n})" for c, n in LANG_NAMES.items()),
+    )
+    p.add_argument("text", nargs="?", help="text to speak (default: -i FILE, else standard input)")
+    p.add_argument("-i", "--input", metavar="FILE", help="read the text from FILE (UTF-8)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="output audio: .wav, .flac or .ogg, or - for raw 16-bit PCM (24 kHz mono) on stdout")
+    p.add_argument("--overwrite", action="store_true", help="replace existing output files")
+    p.add_argument("--voice", default=DEFAULT_VOICE,
+                   help="voice name, file path, or mix like 'af_bella(2)+af_sky(1)' (default: %(default)s)")
+    p.add_argument("--speed", default="1.0", help="speaking rate, > 0 (default: %(default)s)")
+    p.add_argument("--lang", help="language code or alias: a, b, e, f, h, i, p, j, z, en-us, ... "
+                                  "(default: the voice's)")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="Hugging Face repo id or local model directory (default: %(default)s)")
+    p.add_argument("--device", default="auto", choices=DEVICES, help="compute device (default: %(default)s)")
+    p.add_argument("--phonemes", action="store_true", help="the input is phonemes, not text")
+    p.add_argument("--timestamps", metavar="FILE", help="write word timestamps to FILE (.json or .srt)")
+    p.add_argument("--seed", type=int, help="seed for the generator's random phases and noise")
+    p.add_argument("--deterministic", action="store_true",
+                   help="no randomness in the generator (zero phases and noise)")
+    p.add_argument("--list-voices", action="store_true", help="list the model's voices and exit")
+    return p
+
+
+def _read_text(args: argparse.Namespace, stdin: IO[str]) -> str:
+    if args.text is not None and args.input is not None:
+        raise InputError("give the text either as an argument or with -i FILE, not both")
+    if args.text is not None:
+        text = args.text
+    elif args.input is not None:
+        try:
+            text = Path(args.input).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            raise InputError(f"cannot read input file {args.input}: {reason}") from None
+    elif stdin.isatty():
+        raise InputError('no text given; pass "TEXT", -i FILE, or pipe text to standard input')
+    else:
+        text = stdin.read()
+    if not text.strip():
+        raise InputError("the input text is empty; pass something to say")
+    return text
+
+
+def _check_output(path: str, formats: Sequence[str], what: str, overwrite: bool) -> Path:
+    target = Path(path)
+    if target.suffix.lower() not in formats:
+        raise InputError(f"unsupported {what} file extension {target.suffix or '(none)'!r} for {path}; "
+                         f"use one of {', '.join(formats)}")
+    if target.is_dir():
+        raise InputError(f"{what} path {path} is a directory; pass a file name")
+    if target.exists() and not overwrite:
+        raise InputError(f"{what} file {path} exists; pass --overwrite to replace it")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(f"cannot write {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write {path}: directory {parent} is not writable")
+    return target
+
+
+@contextmanager
+def _atomic(target: Path) -> Iterator[Path]:
+    """A temporary path beside ``target``, renamed onto it on success and removed on failure."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        # mkstemp makes the file private; give it the mode a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _pcm16(audio: np.ndarray) -> np.ndarray:
+    return np.round(np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2")
+
+
+def _srt_time(seconds: float) -> str:
+    ms = round(seconds * 1000)
+    return f"{ms // 3_600_000:02d}:{ms // 60_000 % 60:02d}:{ms // 1000 % 60:02d},{ms % 1000:03d}"
+
+
+def format_timestamps(words: Sequence[WordTimestamp], seconds: float, suffix: str) -> str:
+    """Word timestamps as JSON (``{"duration", "words": [{"word", "start", "end"}]}``) or SRT.
+
+    SRT gets one cue per word.
+    """
+    if suffix == ".srt":
+        cues = [f"{i}\n{_srt_time(w.start)} --> {_srt_time(w.end)}\n{w.word}\n"
+                for i, w in enumerate(words, 1)]
+        return "\n".join(cues)
+    data = {
+        "sample_rate": SAMPLE_RATE,
+        "duration": round(seconds, 3),
+        "words": [{"word": w.word, "start": round(w.start, 3), "end": round(w.end, 3)} for w in words],
+    }
+    return json.dumps(data, ensure_ascii=False, indent=1) + "\n"
+
+
+class _Progress:
+    """A one-line bar on stderr, measured in characters of input spoken."""
+
+    def __init__(self, total: int, stream: IO[str], enabled: bool) -> None:
+        self.total, self.stream, self.enabled = total, stream, enabled
+        self.done = 0
+
+    def update(self, result: SynthesisResult, seconds: float) -> None:
+        if not self.enabled:
+            return
+        self.done = min(self.total, self.done + len(result.text) + 1)
+        filled = round(_BAR_WIDTH * self.done / self.total)
+        bar = "#" * filled + "-" * (_BAR_WIDTH - filled)
+        self.stream.write(f"\r[{bar}] {100 * self.done // self.total:3d}%  {seconds:7.1f} s of audio")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _list_voices(model: str, out: IO[str]) -> None:
+    from .checkpoint import resolve_model
+    from .voices import VoiceStore
+
+    # A repo id lists the official voices without downloading the checkpoint.
+    if Path(model).expanduser().exists():
+        files = resolve_model(model)
+        store = VoiceStore(files.voices_dir, files.repo_id)
+    else:
+        store = VoiceStore(None, model)
+    for name in store.available():
+        out.write(name + "\n")
+
+
+def _speak(args: argparse.Namespace, text: str, stdout: IO[bytes], stderr: IO[str]) -> None:
+    speed = check_speed(args.speed)
+    lang = resolve_lang(args.lang) if args.lang is not None else None
+    to_stdout = args.output == "-"
+    audio_path = None if to_stdout else _check_output(args.output, list(AUDIO_FORMATS), "output",
+                                                      args.overwrite)
+    stamps_path = None
+    if args.timestamps is not None:
+        stamps_path = _check_output(args.timestamps, TIMESTAMP_FORMATS, "timestamps", args.overwrite)
+        if audio_path is not None and stamps_path.resolve() == audio_path.resolve():
+            raise InputError("--timestamps and -o name the same file; pick two names")
+
+    tts = KokoroTTS.from_pretrained(args.model, device=args.device)
+    results = tts.stream(
+        None if args.phonemes else text,
+        phonemes=text.strip() if args.phonemes else None,
+        voice=args.voice,
+        speed=speed,
+        lang=lang,
+        deterministic=args.deterministic,
+        seed=args.seed,
+    )
+    progress = _Progress(len(text), stderr, stderr.isatty() and len(text) > PROGRESS_MIN_CHARS)
+    words: list[WordTimestamp] = []
+    seconds = 0.0
+
+    def consume(sink: Any) -> None:
+        nonlocal seconds
+        for result in results:
+            sink(result.audio)
+            words.extend(result.words)
+            seconds += result.seconds
+            progress.update(result, seconds)
+
+    try:
+        if audio_path is None:
+            consume(lambda audio: (stdout.write(_pcm16(audio).tobytes()), stdout.flush()))
+        else:
+            import soundfile
+
+            fmt, subtype = AUDIO_FORMATS[audio_path.suffix.lower()]
+            with _atomic(audio_path) as tmp:
+                with soundfile.SoundFile(tmp, "w", SAMPLE_RATE, 1, subtype=subtype, format=fmt) as f:
+                    consume(lambda audio: f.write(_pcm16(audio)))
+    finally:
+        progress.close()
+    if stamps_path is not None:
+        with _atomic(stamps_path) as tmp:
+            tmp.write_text(format_timestamps(words, seconds, stamps_path.suffix.lower()), encoding="utf-8")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run kokoro-speak with ``argv`` (default: the command line); return the exit status."""
+    stderr = sys.stderr
+
+    def show_warning(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+                     line: Any = None) -> None:
+        stderr.write(f"{PROG}: warning: {message}\n")
+
+    try:
+        args = build_parser().parse_args(argv)
+        with warnings.catch_warnings():
+            warnings.showwarning = show_warning
+            if args.list_voices:
+                _list_voices(args.model, sys.stdout)
+                return 0
+            if args.output is None:
+                raise InputError("no output given; pass -o FILE (.wav, .flac, .ogg) or -o - for raw PCM")
+            text = _read_text(args, sys.stdin)
+            _speak(args, text, sys.stdout.buffer, stderr)
+        return 0
+    except _UsageError as e:
+        stderr.write(f"{PROG}: error: {e}\n")
+        return 2
+    except BackendError as e:
+        stderr.write(f"{PROG}: error: {e}\n")
+        return 1
+    except KokoroError as e:
+        stderr.write(f"{PROG}: error: {e}\n")
+        return 2
+    except BrokenPipeError:
+        # The reader of stdout went away (``| head``): stop quietly, as a pipe writer does.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except OSError as e:
+        stderr.write(f"{PROG}: error: {e}\n")
+        return 1
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else 0
+    except KeyboardInterrupt:
+        stderr.write(f"{PROG}: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

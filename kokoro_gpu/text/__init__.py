@@ -1,0 +1,20 @@
+"""Text front end: phonemizers per language, chunking to the model's limit, word timestamps."""
+
+from .chunking import MAX_PHONEMES, Chunk, WordSpan, chunk_words, split_paragraphs
+from .g2p import LANG_NAMES, Word, front_end, phonemize, resolve_lang
+from .timestamps import WordTimestamp, word_timestamps
+
+__all__ = [
+    "LANG_NAMES",
+    "MAX_PHONEMES",
+    "Chunk",
+    "Word",
+    "WordSpan",
+    "WordTimestamp",
+    "chunk_words",
+    "front_end",
+    "phonemize",
+    "resolve_lang",
+    "split_paragraphs",
+    "word_timestamps",
+]
