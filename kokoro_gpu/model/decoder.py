@@ -1,0 +1,44 @@
+"""Decoder: F0/N downsampling, AdainResBlk1d encode/decode stack, then the generator."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import ModelConfig
+from .blocks import AdainResBlk1d, Conv1d, FloatType, Params, Weights, record
+from .generator import Generator
+
+
+class Decoder:
+    """``decoder.*``: asr [C, F], F0 [2F], N [2F], decoder style -> audio [600 F]."""
+
+    n_decode = 4
+
+    def __init__(self, config: ModelConfig, weights: Weights, dtype: FloatType) -> None:
+        p = Params(weights, dtype, "decoder")
+        self.f0_conv = Conv1d(p.sub("F0_conv"), stride=2, pad=1)
+        self.n_conv = Conv1d(p.sub("N_conv"), stride=2, pad=1)
+        self.encode = AdainResBlk1d(p.sub("encode"), upsample=False)
+        self.asr_res = Conv1d(p.sub("asr_res.0"))
+        # Only the last decode block upsamples; the side inputs are appended up to and including it.
+        self.decode = [AdainResBlk1d(p.sub(f"decode.{i}"), upsample=i == self.n_decode - 1)
+                       for i in range(self.n_decode)]
+        self.generator = Generator(config, weights, dtype)
+
+    def __call__(
+        self,
+        asr: np.ndarray,
+        f0: np.ndarray,
+        n: np.ndarray,
+        s: np.ndarray,
+        rng: np.random.Generator | None = None,
+        trace: dict[str, np.ndarray] | None = None,
+    ) -> np.ndarray:
+        f0_down = self.f0_conv(f0[None, :])
+        n_down = self.n_conv(n[None, :])
+        x = self.encode(np.concatenate([asr, f0_down, n_down]), s)
+        asr_res = self.asr_res(asr)
+        for block in self.decode:
+            x = block(np.concatenate([x, asr_res, f0_down, n_down]), s)
+        record(trace, "dec_out", x)
+        return self.generator(x, s, f0, rng=rng, trace=trace)

@@ -1,0 +1,51 @@
+"""Bidirectional single-layer LSTM (native/ops/lstm.cu)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from .elementwise import sigmoid
+
+
+def lstm_bidirectional(x: np.ndarray, w_ih: np.ndarray, w_hh: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """PyTorch ``nn.LSTM(bidirectional=True)`` over x [T, In], zero initial state -> [T, 2H].
+
+    w_ih [2, 4H, In], w_hh [2, 4H, H], b [2, 4H] (b_ih + b_hh); index 0 is the
+    forward direction, 1 the reverse one. Gate order i, f, g, o:
+    c = f c + i g, h = o tanh(c). Output: forward h then reverse h per step.
+    Both directions advance together, the reverse one reading x backwards.
+    """
+    t_len = x.shape[0]
+    h_dim = w_hh.shape[-1]
+    # Input projection for every step and both directions at once: [2, T, 4H].
+    gx = np.einsum("ti,dgi->dtg", x, w_ih, optimize=True) + b[:, None, :]
+    gx[1] = gx[1, ::-1]
+    w_hh_t = np.ascontiguousarray(w_hh.transpose(0, 2, 1))  # [2, H, 4H]
+    h = np.zeros((2, 1, h_dim), dtype=gx.dtype)
+    c = np.zeros((2, 1, h_dim), dtype=gx.dtype)
+    out = np.empty((2, t_len, h_dim), dtype=gx.dtype)
+    for t in range(t_len):
+        g = gx[:, t : t + 1, :] + h @ w_hh_t
+        i_g = sigmoid(g[..., :h_dim])
+        f_g = sigmoid(g[..., h_dim : 2 * h_dim])
+        c_g = np.tanh(g[..., 2 * h_dim : 3 * h_dim])
+        o_g = sigmoid(g[..., 3 * h_dim :])
+        c = f_g * c + i_g * c_g
+        h = o_g * np.tanh(c)
+        out[:, t] = h[:, 0]
+    return np.concatenate([out[0], out[1, ::-1]], axis=1)
+
+
+def pack_lstm(
+    weights: Mapping[str, np.ndarray], prefix: str, dtype: type[np.floating] = np.float32
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stack the PyTorch-named parameters of LSTM ``prefix``: (w_ih [2,4H,In], w_hh [2,4H,H], b [2,4H])."""
+    suffixes = ("l0", "l0_reverse")
+
+    def stack(kind: str) -> np.ndarray:
+        return np.stack([np.asarray(weights[f"{prefix}.{kind}_{s}"], dtype=np.float64) for s in suffixes])
+
+    b = stack("bias_ih") + stack("bias_hh")
+    return tuple(np.ascontiguousarray(a, dtype=dtype) for a in (stack("weight_ih"), stack("weight_hh"), b))

@@ -1,0 +1,84 @@
+"""Normalisations (native/ops/norm.cu): layer norm, AdaLayerNorm, instance norm, AdaIN.
+
+Variances are biased (divide by n), as in PyTorch's normalisation layers.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from .elementwise import leaky_relu, snake
+
+
+def _normalize(x: np.ndarray, axis: int, eps: float) -> np.ndarray:
+    mean = x.mean(axis=axis, keepdims=True)
+    xc = x - mean
+    var = (xc * xc).mean(axis=axis, keepdims=True)
+    return xc / np.sqrt(var + x.dtype.type(eps))
+
+
+def _along(v: np.ndarray, ndim: int, axis: int) -> np.ndarray:
+    """Reshape a per-feature vector to broadcast along ``axis`` of an ``ndim`` array."""
+    shape = [1] * ndim
+    shape[axis] = -1
+    return v.reshape(shape)
+
+
+def layer_norm(
+    x: np.ndarray,
+    axis: int = -1,
+    gamma: np.ndarray | None = None,
+    beta: np.ndarray | None = None,
+    eps: float = 1e-5,
+) -> np.ndarray:
+    """Normalise ``x`` over ``axis`` to zero mean and unit variance, then ``* gamma + beta`` if given."""
+    y = _normalize(x, axis, eps)
+    if gamma is not None:
+        y *= _along(gamma, x.ndim, axis)
+    if beta is not None:
+        y += _along(beta, x.ndim, axis)
+    return y
+
+
+def _split_style(style_gb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    c = style_gb.shape[-1] // 2
+    return style_gb[:c], style_gb[c:]
+
+
+def ada_layer_norm(x: np.ndarray, style_gb: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    """AdaLayerNorm on rows ``x [T, C]``: ``(1 + gamma) * LN(x) + beta``, style_gb = [gamma; beta] [2C]."""
+    gamma, beta = _split_style(style_gb)
+    return (1 + gamma) * _normalize(x, -1, eps) + beta
+
+
+def instance_norm(x: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    """Instance norm of ``x [C, T]``: each channel normalised over time (no affine)."""
+    return _normalize(x, -1, eps)
+
+
+def adain(
+    x: np.ndarray,
+    style_gb: np.ndarray,
+    act: Literal["leaky_relu", "snake"] | None = None,
+    slope: float = 0.2,
+    alpha: np.ndarray | None = None,
+    eps: float = 1e-5,
+) -> np.ndarray:
+    """AdaIN1d on ``x [C, T]``: ``(1 + gamma[c]) * instance_norm(x) + beta[c]``, then an optional activation.
+
+    ``style_gb [2C]`` holds gamma then beta (the style projection ``fc(s)``).
+    ``act="leaky_relu"`` uses ``slope``; ``act="snake"`` uses ``alpha [C]``.
+    """
+    gamma, beta = _split_style(style_gb)
+    y = (1 + gamma[:, None]) * instance_norm(x, eps) + beta[:, None]
+    if act is None:
+        return y
+    if act == "leaky_relu":
+        return leaky_relu(y, slope)
+    if act == "snake":
+        if alpha is None:
+            raise ValueError("adain with act='snake' needs alpha")
+        return snake(y, alpha)
+    raise ValueError(f"unknown activation {act!r}")
