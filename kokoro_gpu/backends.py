@@ -1,0 +1,294 @@
+"""Compute backends: one interface, one implementation per device, and device selection.
+
+A backend runs the model's forward pass (token ids + style vector -> audio and
+durations). The CPU backend is the NumPy model in ``kokoro_gpu.model``; the CUDA
+backend drives the native engine (``kokoro_gpu._native``), which holds the
+weights on the GPU and runs the whole forward pass there in one call.
+
+Device selection: ``"cpu"``; ``"cuda"`` (a :class:`BackendError` saying why when
+CUDA cannot be used); ``"auto"`` (CUDA when usable, else the CPU backend with
+one logged warning saying why). :func:`backend_info` reports what was found.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import secrets
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Protocol
+
+import numpy as np
+
+from .config import ModelConfig
+from .errors import BackendError, InputError
+
+logger = logging.getLogger("kokoro_gpu")
+
+DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("fp32",)
+# The oldest GPU generation the native engine is compiled for (Ampere).
+MIN_COMPUTE_CAPABILITY = (8, 0)
+_NATIVE_MODULE = f"{__package__}._native"
+
+
+class Backend(Protocol):
+    """What every backend provides."""
+
+    device: str
+    precision: str
+
+    def forward(
+        self,
+        input_ids: np.ndarray,
+        ref_s: np.ndarray,
+        speed: float,
+        *,
+        deterministic: bool,
+        seed: int | None,
+        trace: dict[str, np.ndarray] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids int64 [T] (boundary zeros included) and style [256] -> (audio float32, durations int64).
+
+        ``trace``, when given, is filled with the intermediates of docs/DESIGN.md.
+        """
+        ...
+
+
+class CPUBackend:
+    """The NumPy forward pass, float32."""
+
+    device = "cpu"
+
+    def __init__(self, config: ModelConfig, weights: dict[str, np.ndarray], precision: str = "fp32") -> None:
+        from .model.kmodel import KModelCPU
+
+        self.precision = precision
+        self._model = KModelCPU(config, weights, dtype=np.float32)
+
+    def forward(
+        self,
+        input_ids: np.ndarray,
+        ref_s: np.ndarray,
+        speed: float,
+        *,
+        deterministic: bool,
+        seed: int | None,
+        trace: dict[str, np.ndarray] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        rng = None if deterministic else np.random.default_rng(seed)
+        return self._model.forward_with_tokens(input_ids, ref_s, speed, rng=rng, trace=trace)
+
+
+# ------------------------------------------------------------------ CUDA state
+
+
+def load_native() -> tuple[ModuleType | None, str | None]:
+    """Import the native engine: (module, None), or (None, why it cannot be used)."""
+    try:
+        return importlib.import_module(_NATIVE_MODULE), None
+    except ModuleNotFoundError as e:
+        if e.name == _NATIVE_MODULE:
+            return None, "native engine not built (the package was installed without a CUDA toolkit)"
+        return None, f"native engine cannot be loaded: {e}"
+    except ImportError as e:  # built, but a shared library (libcufft, libcublas) is missing
+        return None, f"native engine cannot be loaded: {e}"
+
+
+def _native_built() -> bool:
+    try:
+        return importlib.util.find_spec(_NATIVE_MODULE) is not None
+    except ImportError:
+        return False
+
+
+def _version(v: int) -> str | None:
+    """CUDA's integer versions (13000) as text ("13.0"); None for 0 (absent)."""
+    return f"{v // 1000}.{(v % 1000) // 10}" if v > 0 else None
+
+
+@dataclass
+class CudaState:
+    """What the native engine and the CUDA runtime report, and the verdict."""
+
+    native: ModuleType | None
+    usable: bool
+    reason: str | None
+    device_index: int | None = None
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    driver_version: str | None = None
+    runtime_version: str | None = None
+
+
+def _capability(device: dict[str, Any]) -> str:
+    major, minor = device["compute_capability"]
+    return f"{major}.{minor}"
+
+
+def _unusable_reason(status: dict[str, Any], devices: list[dict[str, Any]]) -> str | None:
+    if status.get("driver_version", 0) == 0:
+        return "CUDA driver not detected"
+    error = status.get("error")
+    if error == "cudaErrorInsufficientDriver":
+        return (
+            f"CUDA driver too old: driver {_version(status['driver_version'])}, "
+            f"runtime {_version(status.get('runtime_version', 0))}"
+        )
+    if error == "cudaErrorNoDevice" or (error is None and status.get("device_count", 0) == 0):
+        return "no GPU devices found"
+    if error is not None:
+        return f"CUDA initialisation failed: {status.get('message') or error}"
+    if not any(tuple(d["compute_capability"]) >= MIN_COMPUTE_CAPABILITY for d in devices):
+        found = ", ".join(f"{d['name']} ({_capability(d)})" for d in devices)
+        return f"no GPU of compute capability 8.0 or newer (found {found})"
+    return None
+
+
+def cuda_state() -> CudaState:
+    """Probe the native engine and the GPUs (cheap; nothing is initialised beyond the runtime)."""
+    native, error = load_native()
+    if native is None:
+        return CudaState(native=None, usable=False, reason=error)
+    status = native.cuda_status()
+    devices = [{**d, "compute_capability": tuple(d["compute_capability"])} for d in native.devices()]
+    reason = _unusable_reason(status, devices)
+    index = next((d["index"] for d in devices if d["compute_capability"] >= MIN_COMPUTE_CAPABILITY), None)
+    return CudaState(
+        native=native,
+        usable=reason is None,
+        reason=reason,
+        device_index=index if reason is None else None,
+        devices=devices,
+        driver_version=_version(status.get("driver_version", 0)),
+        runtime_version=_version(status.get("runtime_version", 0)),
+    )
+
+
+def backend_info() -> dict[str, Any]:
+    """What this installation can run on, and why not CUDA when it cannot.
+
+    Keys: ``native_built`` (the extension exists), ``native_loaded`` (it
+    imports), ``cuda_architectures`` (compiled for), ``cuda_available``,
+    ``reason`` (why not, else None), ``device_index`` (the GPU the CUDA
+    backend uses), ``devices`` (index, name, compute_capability,
+    total_memory_bytes, multiprocessors), ``driver_version``,
+    ``runtime_version`` ("13.0"; None when absent).
+    """
+    state = cuda_state()
+    return {
+        "native_built": _native_built(),
+        "native_loaded": state.native is not None,
+        "cuda_architectures": getattr(state.native, "cuda_architectures", None),
+        "cuda_available": state.usable,
+        "reason": state.reason,
+        "device_index": state.device_index,
+        "devices": [{**d, "compute_capability": _capability(d)} for d in state.devices],
+        "driver_version": state.driver_version,
+        "runtime_version": state.runtime_version,
+    }
+
+
+# ----------------------------------------------------------------- CUDA backend
+
+
+def _engine_config(config: ModelConfig) -> dict[str, Any]:
+    """The config.json fields the native engine reads."""
+    return {
+        "n_token": config.n_token,
+        "hidden_dim": config.hidden_dim,
+        "style_dim": config.style_dim,
+        "n_layer": config.n_layer,
+        "max_dur": config.max_dur,
+        "text_encoder_kernel_size": config.text_encoder_kernel_size,
+        "plbert": dict(config.plbert),
+        "istftnet": dict(config.istftnet),
+    }
+
+
+class CUDABackend:
+    """The native engine on one GPU: weights uploaded once, one call per utterance, float32."""
+
+    device = "cuda"
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        weights: dict[str, np.ndarray],
+        precision: str = "fp32",
+        state: CudaState | None = None,
+    ) -> None:
+        if precision not in PRECISIONS:
+            raise InputError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+        state = state or cuda_state()
+        if not state.usable or state.native is None or state.device_index is None:
+            raise BackendError(f"CUDA is unavailable: {state.reason}")
+        self.precision = precision
+        self.device_index = state.device_index
+        self.device_name = next(d["name"] for d in state.devices if d["index"] == state.device_index)
+        self._engine = state.native.Engine(_engine_config(config), weights, state.device_index)
+
+    def forward(
+        self,
+        input_ids: np.ndarray,
+        ref_s: np.ndarray,
+        speed: float,
+        *,
+        deterministic: bool,
+        seed: int | None,
+        trace: dict[str, np.ndarray] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        ids = np.ascontiguousarray(np.asarray(input_ids).reshape(-1), dtype=np.int64)
+        style = np.ascontiguousarray(np.asarray(ref_s).reshape(-1), dtype=np.float32)
+        if deterministic:
+            seed = 0
+        elif seed is None:
+            seed = secrets.randbits(64)
+        audio, durations, intermediates = self._engine.forward(
+            ids, style, float(speed), deterministic, int(seed) % 2**64, trace is not None
+        )
+        if trace is not None:
+            trace.update(intermediates)
+        return audio, durations
+
+
+# -------------------------------------------------------------------- selection
+
+
+def resolve_device(device: str) -> str:
+    """Map ``"auto"`` to a concrete device; check the name and, for ``"cuda"``, that CUDA is usable.
+
+    ``"auto"`` without usable CUDA logs one warning saying why and yields ``"cpu"``.
+    """
+    if device not in DEVICES:
+        raise InputError(f"unknown device {device!r}; use one of {', '.join(DEVICES)}")
+    if device == "cpu":
+        return "cpu"
+    state = cuda_state()
+    if state.usable:
+        return "cuda"
+    if device == "cuda":
+        raise BackendError(f"device='cuda' was requested but CUDA is unavailable: {state.reason}")
+    logger.warning("kokoro_gpu: using the CPU backend: %s", state.reason)
+    return "cpu"
+
+
+def create_backend(
+    device: str, config: ModelConfig, weights: dict[str, np.ndarray], precision: str = "fp32"
+) -> Backend:
+    """Build the backend for ``device`` (``"auto"``, ``"cpu"`` or ``"cuda"``) and ``precision``.
+
+    Under ``"auto"`` a CUDA engine that fails to start (out of memory, a
+    broken driver) also falls back to the CPU backend, with one warning.
+    """
+    if precision not in PRECISIONS:
+        raise InputError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+    if resolve_device(device) == "cuda":
+        try:
+            return CUDABackend(config, weights, precision)
+        except BackendError as e:
+            if device == "cuda":
+                raise
+            logger.warning("kokoro_gpu: using the CPU backend: the CUDA engine failed to start: %s", e)
+    return CPUBackend(config, weights, precision)

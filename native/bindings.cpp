@@ -1,0 +1,179 @@
+// kokoro_gpu._native: the pybind11 module of the CUDA engine.
+// - Engine(config, weights, device): uploads the folded weights (a dict of
+//   float32 arrays) to GPU `device`; forward(...) runs one utterance with the
+//   GIL released and returns (audio, durations, trace or None).
+// - cuda_status() / devices(): raw facts about the driver, runtime and GPUs;
+//   kokoro_gpu.backends turns them into backend_info() and its messages.
+// - C++ errors become kokoro_gpu.errors exceptions: CudaError -> BackendError,
+//   WeightsError -> CheckpointError, InvalidInput -> InputError.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cuda_runtime.h>
+
+#include "kokoro/bindings.h"
+#include "kokoro/check.h"
+#include "kokoro/engine.h"
+
+namespace py = pybind11;
+
+namespace {
+
+std::vector<int> int_list(const py::handle& value) { return value.cast<std::vector<int>>(); }
+
+kokoro::ModelConfig config_from_dict(const py::dict& d) {
+    kokoro::ModelConfig cfg;
+    cfg.n_token = d["n_token"].cast<int>();
+    cfg.hidden_dim = d["hidden_dim"].cast<int>();
+    cfg.style_dim = d["style_dim"].cast<int>();
+    cfg.n_layer = d["n_layer"].cast<int>();
+    cfg.max_dur = d["max_dur"].cast<int>();
+    cfg.text_encoder_kernel_size = d["text_encoder_kernel_size"].cast<int>();
+    const py::dict bert = d["plbert"].cast<py::dict>();
+    cfg.bert_hidden = bert["hidden_size"].cast<int>();
+    cfg.bert_heads = bert["num_attention_heads"].cast<int>();
+    cfg.bert_intermediate = bert["intermediate_size"].cast<int>();
+    cfg.bert_layers = bert["num_hidden_layers"].cast<int>();
+    cfg.bert_positions = bert["max_position_embeddings"].cast<int>();
+    const py::dict ist = d["istftnet"].cast<py::dict>();
+    cfg.upsample_initial_channel = ist["upsample_initial_channel"].cast<int>();
+    cfg.upsample_rates = int_list(ist["upsample_rates"]);
+    cfg.upsample_kernel_sizes = int_list(ist["upsample_kernel_sizes"]);
+    cfg.resblock_kernel_sizes = int_list(ist["resblock_kernel_sizes"]);
+    cfg.resblock_dilation_sizes =
+        ist["resblock_dilation_sizes"].cast<std::vector<std::vector<int>>>();
+    cfg.n_fft = ist["gen_istft_n_fft"].cast<int>();
+    cfg.hop = ist["gen_istft_hop_size"].cast<int>();
+    return cfg;
+}
+
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+std::unique_ptr<kokoro::Engine> make_engine(const py::dict& config, const py::dict& weights,
+                                            int device) {
+    // Keep the float32 views alive while the engine copies them to the GPU.
+    std::vector<FloatArray> arrays;
+    arrays.reserve(weights.size());
+    kokoro::HostWeights host;
+    for (const auto& [key, value] : weights) {
+        arrays.push_back(FloatArray::ensure(value));
+        const FloatArray& a = arrays.back();
+        if (!a) throw py::type_error("weight " + key.cast<std::string>() + " is not a float array");
+        std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
+        host[key.cast<std::string>()] = {a.data(), std::move(shape)};
+    }
+    const kokoro::ModelConfig cfg = config_from_dict(config);
+    py::gil_scoped_release release;
+    return std::make_unique<kokoro::Engine>(cfg, host, device);
+}
+
+py::tuple engine_forward(kokoro::Engine& engine,
+                         const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& ids,
+                         const FloatArray& ref_s, float speed, bool deterministic, uint64_t seed,
+                         bool trace) {
+    kokoro::Trace host_trace;
+    kokoro::ForwardResult result;
+    {
+        py::gil_scoped_release release;
+        result = engine.forward(ids.data(), static_cast<int>(ids.size()), ref_s.data(),
+                                static_cast<int>(ref_s.size()), speed, deterministic, seed,
+                                trace ? &host_trace : nullptr);
+    }
+    py::array_t<float> audio(static_cast<py::ssize_t>(result.audio.size()), result.audio.data());
+    py::array_t<int64_t> durations(static_cast<py::ssize_t>(result.durations.size()),
+                                   result.durations.data());
+    if (!trace) return py::make_tuple(audio, durations, py::none());
+    py::dict out;
+    for (const auto& [key, array] : host_trace.floats) {
+        py::array_t<float> values(array.shape);
+        std::copy(array.values.begin(), array.values.end(), values.mutable_data());
+        out[py::str(key)] = values;
+    }
+    for (const auto& [key, values] : host_trace.ints) {
+        out[py::str(key)] =
+            py::array_t<int64_t>(static_cast<py::ssize_t>(values.size()), values.data());
+    }
+    return py::make_tuple(audio, durations, out);
+}
+
+// Driver and runtime versions and the device count, with the error of the
+// count query (if any) by name and message; nothing here throws.
+py::dict cuda_status() {
+    py::dict status;
+    int driver = 0;
+    int runtime = 0;
+    status["driver_version"] = cudaDriverGetVersion(&driver) == cudaSuccess ? driver : 0;
+    status["runtime_version"] = cudaRuntimeGetVersion(&runtime) == cudaSuccess ? runtime : 0;
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    status["device_count"] = err == cudaSuccess ? count : 0;
+    status["error"] =
+        err == cudaSuccess ? py::object(py::none()) : py::object(py::str(cudaGetErrorName(err)));
+    status["message"] =
+        err == cudaSuccess ? py::object(py::none()) : py::object(py::str(cudaGetErrorString(err)));
+    static_cast<void>(cudaGetLastError());  // the failed query is reported above; clear it
+    return status;
+}
+
+py::list devices() {
+    py::list out;
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        static_cast<void>(cudaGetLastError());  // cuda_status() reports why; no devices to list
+        return out;
+    }
+    for (int i = 0; i < count; ++i) {
+        cudaDeviceProp prop{};
+        KOKORO_CUDA_CHECK(cudaGetDeviceProperties(&prop, i));
+        py::dict dev;
+        dev["index"] = i;
+        dev["name"] = std::string(prop.name);
+        dev["compute_capability"] = py::make_tuple(prop.major, prop.minor);
+        dev["total_memory_bytes"] = static_cast<uint64_t>(prop.totalGlobalMem);
+        dev["multiprocessors"] = prop.multiProcessorCount;
+        out.append(dev);
+    }
+    return out;
+}
+
+void raise_kokoro_error(const char* type_name, const char* message) {
+    py::object type = py::module_::import("kokoro_gpu.errors").attr(type_name);
+    PyErr_SetString(type.ptr(), message);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+    m.doc() = "Kokoro-82M CUDA engine (see kokoro_gpu.backends)";
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const kokoro::CudaError& e) {
+            raise_kokoro_error("BackendError", e.what());
+        } catch (const kokoro::WeightsError& e) {
+            raise_kokoro_error("CheckpointError", e.what());
+        } catch (const kokoro::InvalidInput& e) {
+            raise_kokoro_error("InputError", e.what());
+        }
+    });
+
+    m.attr("cuda_architectures") = KOKORO_CUDA_ARCHITECTURES;
+    m.def("cuda_status", &cuda_status,
+          "Driver/runtime versions, device count and the count query's error.");
+    m.def("devices", &devices, "Name, compute capability and memory of every visible GPU.");
+
+    py::class_<kokoro::Engine>(m, "Engine")
+        .def(py::init(&make_engine), py::arg("config"), py::arg("weights"), py::arg("device") = 0,
+             "Upload folded float32 weights to GPU `device` for the model of `config` (config.json "
+             "fields).")
+        .def("forward", &engine_forward, py::arg("input_ids"), py::arg("ref_s"), py::arg("speed"),
+             py::arg("deterministic"), py::arg("seed"), py::arg("trace") = false,
+             "ids int64 [T], ref_s float32 [256] -> (audio float32, durations int64, trace dict or "
+             "None).")
+        .def_property_readonly("device", &kokoro::Engine::device)
+        .def_property_readonly("weight_bytes", &kokoro::Engine::weight_bytes)
+        .def_property_readonly("workspace_bytes", &kokoro::Engine::workspace_bytes);
+
+    kokoro::register_ops(m);
+}

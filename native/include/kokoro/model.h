@@ -1,0 +1,236 @@
+// The Kokoro-82M model parts of the native engine, composed from the ops of
+// ops.h, and the infrastructure they share:
+// - ModelConfig: the dimensions read from config.json;
+// - DeviceWeights: every folded weight uploaded once into one device arena,
+//   with LSTM parameters stacked per direction (biases folded) and all
+//   style projections fc(s) of one style half concatenated into one matrix,
+//   so a forward pass computes every AdaIN/AdaLayerNorm style in one GEMV;
+// - Workspace: named device scratch buffers, allocated on first use and
+//   reused across calls, grown only when a longer input needs more;
+// - Trace: host copies of the intermediates of docs/DESIGN.md, taken only
+//   when the caller asks for them;
+// - Context: what every model part needs (config, weights, workspace,
+//   cuBLAS handle, stream, style vectors, optional trace).
+// Model parts mirror the official modules (kokoro/modules.py, istftnet.py):
+// albert.cu, prosody.cu, text_encoder.cu, decoder.cu (also the shared
+// AdainResBlk1d), generator.cu; engine.cu runs them in order.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "kokoro/ops.h"
+
+namespace kokoro {
+
+// Dimensions of the model, from config.json (names as there).
+struct ModelConfig {
+    int n_token = 0;
+    int hidden_dim = 0;  // 512
+    int style_dim = 0;   // 128
+    int n_layer = 0;     // duration encoder and text encoder depth
+    int max_dur = 0;     // duration head width
+    int text_encoder_kernel_size = 0;
+    int bert_embedding = 128;  // ALBERT's default embedding size
+    int bert_hidden = 0;
+    int bert_heads = 0;
+    int bert_intermediate = 0;
+    int bert_layers = 0;
+    int bert_positions = 0;  // context length
+    int upsample_initial_channel = 0;
+    std::vector<int> upsample_rates;
+    std::vector<int> upsample_kernel_sizes;
+    std::vector<int> resblock_kernel_sizes;
+    std::vector<std::vector<int>> resblock_dilation_sizes;
+    int n_fft = 0;
+    int hop = 0;
+
+    // Samples of audio per F0 sample (the generator's total upsampling).
+    int source_upsampling() const;
+};
+
+// A weight the model needs is missing or has the wrong size.
+class WeightsError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// A host tensor lent by the caller for the duration of the upload.
+struct HostTensor {
+    const float* data = nullptr;
+    std::vector<int64_t> shape;
+    int64_t numel() const;
+};
+using HostWeights = std::unordered_map<std::string, HostTensor>;
+
+// The two halves of ref_s: [0, style_dim) styles the decoder, the rest the
+// prosody predictor. Style projections are grouped by the half they read.
+enum class StyleHalf { kDecoder = 0, kProsody = 1 };
+
+// Frees device memory owned by a std::unique_ptr.
+struct DeviceFree {
+    void operator()(void* ptr) const noexcept;
+};
+
+class DeviceWeights {
+public:
+    DeviceWeights(const HostWeights& host, int style_dim);
+    DeviceWeights(const DeviceWeights&) = delete;
+    DeviceWeights& operator=(const DeviceWeights&) = delete;
+
+    // A weight by folded name, checked to hold `numel` values.
+    const float* get(const std::string& name, int64_t numel) const;
+
+    struct Lstm {
+        const float* w_ih;  // [2, 4H, In]
+        const float* w_hh;  // [2, 4H, H]
+        const float* b;     // [2, 4H], b_ih + b_hh
+        int in;
+        int hidden;
+    };
+    // The LSTM named `prefix` (e.g. "predictor.shared"), stacked at upload.
+    Lstm lstm(const std::string& prefix) const;
+
+    // Concatenated style projections of one half: weight [rows, style_dim],
+    // bias [rows]; style_slot() locates fc `prefix` in their output.
+    struct StyleBank {
+        const float* weight = nullptr;
+        const float* bias = nullptr;
+        int rows = 0;
+    };
+    const StyleBank& style_bank(StyleHalf half) const { return banks_[static_cast<int>(half)]; }
+    struct StyleSlot {
+        StyleHalf half;
+        int offset;
+        int size;
+    };
+    const StyleSlot& style_slot(const std::string& fc_prefix) const;
+
+    size_t bytes() const { return bytes_; }
+
+private:
+    struct Entry {
+        const float* ptr;
+        int64_t numel;
+    };
+    std::unique_ptr<float, DeviceFree> arena_;
+    size_t bytes_ = 0;
+    std::unordered_map<std::string, Entry> entries_;
+    std::unordered_map<std::string, Lstm> lstms_;
+    std::unordered_map<std::string, StyleSlot> style_slots_;
+    StyleBank banks_[2];
+};
+
+class Workspace {
+public:
+    explicit Workspace(cudaStream_t stream) : stream_(stream) {}
+    ~Workspace();
+    Workspace(const Workspace&) = delete;
+    Workspace& operator=(const Workspace&) = delete;
+
+    // The buffer named `slot`, holding at least `count` elements. It stays
+    // valid until the next request of the same slot with a larger count.
+    float* floats(const std::string& slot, int64_t count);
+    int32_t* ints(const std::string& slot, int64_t count);
+    double* doubles(const std::string& slot, int64_t count);
+    size_t bytes() const;
+
+private:
+    void* get(const std::string& slot, size_t bytes);
+    struct Buffer {
+        void* ptr = nullptr;
+        size_t bytes = 0;
+    };
+    cudaStream_t stream_;
+    std::unordered_map<std::string, Buffer> buffers_;
+};
+
+// Host copies of intermediates, by docs/DESIGN.md trace key.
+struct Trace {
+    struct Array {
+        std::vector<int64_t> shape;
+        std::vector<float> values;
+    };
+    std::map<std::string, Array> floats;
+    std::map<std::string, std::vector<int64_t>> ints;
+};
+
+struct Context {
+    const ModelConfig& cfg;
+    const DeviceWeights& weights;
+    Workspace& ws;
+    cublasHandle_t blas;
+    cudaStream_t stream;
+    const float* style_out[2];  // fc(s) results of each style bank, on the device
+    Trace* trace;               // null unless intermediates were asked for
+
+    const float* w(const std::string& name, int64_t numel) const {
+        return weights.get(name, numel);
+    }
+    // gamma/beta [2C] of the style projection `fc_prefix`, checked to be 2C wide.
+    const float* style(const std::string& fc_prefix, int channels) const;
+    // Copies a device tensor to the trace (waits for the stream); no-op without a trace.
+    void record(const char* key, const float* device, std::vector<int64_t> shape) const;
+
+    // The layers below look up `prefix.weight` (and `prefix.bias` when `bias`)
+    // and take their scratch from the workspace.
+    // Conv1d x [c_in, t_in] -> y [c_out, t_out]; y = conv + residual if given.
+    void conv1d(const std::string& prefix, const float* x, float* y, int c_in, int c_out, int t_in,
+                int kernel, int stride, int pad, int dilation, int groups, bool bias,
+                const float* residual = nullptr) const;
+    // ConvTranspose1d x [c_in, t_in] -> y [c_out, t_out], with bias.
+    void conv_transpose1d(const std::string& prefix, const float* x, float* y, int c_in, int c_out,
+                          int t_in, int kernel, int stride, int pad, int output_padding,
+                          int groups) const;
+    // Linear on rows: y [rows, out] = x [rows, in] @ W^T + b (+ beta * y).
+    void linear(const std::string& prefix, const float* x, float* y, int rows, int in, int out,
+                float beta = 0.f) const;
+    // Bidirectional LSTM `prefix`: x [T, In] -> out [T, 2H].
+    void lstm(const std::string& prefix, const float* x, float* out, int T) const;
+};
+
+// ------------------------------------------------------------- albert.cu
+// ALBERT last hidden state: ids [T] -> out [T, bert_hidden].
+void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out);
+
+// ------------------------------------------------------------ prosody.cu
+// Duration encoder: d_en_rows [T, hidden] (time-major bert_encoder output)
+// and the prosody style s [style_dim] -> d [T, hidden + style_dim].
+void duration_encoder_forward(const Context& ctx, const float* d_en_rows, const float* s, int T,
+                              float* d);
+// Duration head: d [T, hidden + style] -> dur_lstm [T, hidden] and duration
+// logits [T, max_dur].
+void duration_head_forward(const Context& ctx, const float* d, int T, float* dur_lstm,
+                           float* logits);
+// F0Ntrain: en [hidden + style, F] -> f0 [2F], n [2F].
+void f0n_forward(const Context& ctx, const float* en, int F, float* f0, float* n);
+
+// ------------------------------------------------------- text_encoder.cu
+// Text encoder: ids [T] -> t_en [hidden, T].
+void text_encoder_forward(const Context& ctx, const int32_t* ids, int T, float* t_en);
+
+// ------------------------------------------------------------ decoder.cu
+// AdainResBlk1d `prefix`: x [c_in, T] -> out [c_out, T or 2T]; style from
+// `prefix.norm{1,2}.fc`.
+void adain_res_blk1d(const Context& ctx, const std::string& prefix, const float* x, int c_in,
+                     int c_out, int T, bool upsample, float* out);
+// Decoder up to the generator: t_en [hidden, T], frame_token [F], f0/n [2F]
+// -> out [upsample_initial_channel, 2F].
+void decoder_forward(const Context& ctx, const float* t_en, const int32_t* frame_token, int T,
+                     int F, const float* f0, const float* n, float* out);
+
+// ---------------------------------------------------------- generator.cu
+// iSTFTNet generator: x [upsample_initial_channel, 2F], f0 [2F] -> audio
+// [source_upsampling() * 2F].
+void generator_forward(const Context& ctx, ops::Stft& stft, const float* x, const float* f0, int F,
+                       bool deterministic, uint64_t seed, float* audio);
+
+}  // namespace kokoro

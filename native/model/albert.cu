@@ -1,0 +1,64 @@
+// ALBERT (transformers.AlbertModel as kokoro's CustomAlbert uses it): word +
+// position + token-type-0 embeddings, LayerNorm, the 128 -> hidden mapping,
+// then ONE shared transformer layer applied bert_layers times. Time-major
+// [T, C] rows throughout; the residual adds ride on the GEMMs (beta = 1) and
+// the attention mask is empty (batch of one, every position valid).
+#include "kokoro/model.h"
+
+namespace kokoro {
+
+namespace {
+constexpr float kAlbertLayerNormEps = 1e-12f;
+const char* const kLayer = "bert.encoder.albert_layer_groups.0.albert_layers.0";
+}  // namespace
+
+void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out) {
+    const ModelConfig& cfg = ctx.cfg;
+    const int emb = cfg.bert_embedding;
+    const int hid = cfg.bert_hidden;
+    const int inter = cfg.bert_intermediate;
+    const std::string layer = kLayer;
+
+    float* embedded = ctx.ws.floats("albert.embedded", int64_t(T) * emb);
+    const float* word = ctx.w("bert.embeddings.word_embeddings.weight", int64_t(cfg.n_token) * emb);
+    const float* pos =
+        ctx.w("bert.embeddings.position_embeddings.weight", int64_t(cfg.bert_positions) * emb);
+    const float* type0 = ctx.w("bert.embeddings.token_type_embeddings.weight", 2 * int64_t(emb));
+    ops::albert_embeddings(ids, word, pos, type0, embedded, T, emb, ctx.stream);
+    ops::layer_norm_rows(embedded, embedded, T, emb, ctx.w("bert.embeddings.LayerNorm.weight", emb),
+                         ctx.w("bert.embeddings.LayerNorm.bias", emb), nullptr, nullptr,
+                         kAlbertLayerNormEps, ctx.stream);
+
+    float* h = out;  // [T, hid], updated in place layer by layer
+    ctx.linear("bert.encoder.embedding_hidden_mapping_in", embedded, h, T, emb, hid);
+
+    float* q = ctx.ws.floats("albert.q", int64_t(T) * hid);
+    float* k = ctx.ws.floats("albert.k", int64_t(T) * hid);
+    float* v = ctx.ws.floats("albert.v", int64_t(T) * hid);
+    float* attended = ctx.ws.floats("albert.attended", int64_t(T) * hid);
+    float* ffn = ctx.ws.floats("albert.ffn", int64_t(T) * inter);
+    const float* attn_ln_w = ctx.w(layer + ".attention.LayerNorm.weight", hid);
+    const float* attn_ln_b = ctx.w(layer + ".attention.LayerNorm.bias", hid);
+    const float* full_ln_w = ctx.w(layer + ".full_layer_layer_norm.weight", hid);
+    const float* full_ln_b = ctx.w(layer + ".full_layer_layer_norm.bias", hid);
+    const int head_dim = hid / cfg.bert_heads;
+
+    for (int i = 0; i < cfg.bert_layers; ++i) {
+        ctx.linear(layer + ".attention.query", h, q, T, hid, hid);
+        ctx.linear(layer + ".attention.key", h, k, T, hid, hid);
+        ctx.linear(layer + ".attention.value", h, v, T, hid, hid);
+        ops::attention(q, k, v, attended, T, cfg.bert_heads, head_dim, T, ctx.stream);
+        // h = LayerNorm(h + dense(attended))
+        ctx.linear(layer + ".attention.dense", attended, h, T, hid, hid, 1.f);
+        ops::layer_norm_rows(h, h, T, hid, attn_ln_w, attn_ln_b, nullptr, nullptr,
+                             kAlbertLayerNormEps, ctx.stream);
+        // h = LayerNorm(h + ffn_output(gelu_new(ffn(h))))
+        ctx.linear(layer + ".ffn", h, ffn, T, hid, inter);
+        ops::gelu_new(ffn, int64_t(T) * inter, ctx.stream);
+        ctx.linear(layer + ".ffn_output", ffn, h, T, inter, hid, 1.f);
+        ops::layer_norm_rows(h, h, T, hid, full_ln_w, full_ln_b, nullptr, nullptr,
+                             kAlbertLayerNormEps, ctx.stream);
+    }
+}
+
+}  // namespace kokoro

@@ -1,0 +1,509 @@
+// The engine: weight upload, workspace, and the forward pass in the order of
+// the official KModel.forward_with_tokens.
+// - Upload: every folded tensor the model uses goes into ONE device arena
+//   (256-byte aligned slices), copied once at construction. LSTM parameters
+//   are stacked per direction with b_ih + b_hh folded (summed in double, as
+//   the CPU backend does); the style projections fc of each style half are
+//   concatenated so one GEMV per half computes every AdaIN style vector.
+// - Workspace: named buffers reused across calls; a buffer grows (after the
+//   stream drains) only when a longer input needs more.
+// - Forward: everything is enqueued on the engine's stream; the durations
+//   are the one read-back mid-pass (they size the frame axis), the audio the
+//   other at the end. A trace copies intermediates out only when asked for.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <deque>
+#include <regex>
+#include <set>
+#include <string>
+
+#include "kokoro/check.h"
+#include "kokoro/engine.h"
+
+namespace kokoro {
+
+namespace {
+
+constexpr size_t kArenaAlignFloats = 64;  // 256 bytes
+const char* const kLstmParams[] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Never launched: asking for its attributes tells whether this build holds
+// code the current GPU can run (SASS for it, or PTX it can JIT).
+__global__ void architecture_probe_kernel() {}
+
+void check_architecture(int device) {
+    cudaFuncAttributes attributes{};
+    const cudaError_t status = cudaFuncGetAttributes(&attributes, architecture_probe_kernel);
+    if (status == cudaErrorInvalidDeviceFunction || status == cudaErrorNoKernelImageForDevice) {
+        static_cast<void>(cudaGetLastError());  // reported below
+        cudaDeviceProp prop{};
+        KOKORO_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+        throw CudaError(
+            "the native engine was built for CUDA architectures " KOKORO_CUDA_ARCHITECTURES
+            " and holds no code for " +
+            std::string(prop.name) + " (sm_" + std::to_string(prop.major) +
+            std::to_string(prop.minor) +
+            "); rebuild with -Ccmake.define.CMAKE_CUDA_ARCHITECTURES including it");
+    }
+    KOKORO_CUDA_CHECK(status);
+}
+
+StyleHalf style_half_of(const std::string& name) {
+    if (name.rfind("decoder.", 0) == 0) return StyleHalf::kDecoder;
+    if (name.rfind("predictor.", 0) == 0) return StyleHalf::kProsody;
+    throw WeightsError("style projection " + name + " is outside the decoder and the predictor");
+}
+
+// The duration head's sum of sigmoids / speed, for the trace only: the
+// logits are copied out and reduced on the host.
+Trace::Array durations_before_rounding(const float* logits, int T, int max_dur, float speed,
+                                       cudaStream_t stream) {
+    std::vector<float> host(size_t(T) * max_dur);
+    KOKORO_CUDA_CHECK(cudaMemcpyAsync(host.data(), logits, sizeof(float) * host.size(),
+                                      cudaMemcpyDeviceToHost, stream));
+    KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream));
+    Trace::Array out{{T}, std::vector<float>(T)};
+    for (int t = 0; t < T; ++t) {
+        float sum = 0.f;
+        for (int j = 0; j < max_dur; ++j)
+            sum += 1.f / (1.f + std::exp(-host[size_t(t) * max_dur + j]));
+        out.values[t] = sum / speed;
+    }
+    return out;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------ config, tensors
+
+int ModelConfig::source_upsampling() const {
+    int upp = hop;
+    for (int r : upsample_rates) upp *= r;
+    return upp;
+}
+
+int64_t HostTensor::numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+}
+
+// ------------------------------------------------------------- DeviceWeights
+
+DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim) {
+    // Lay out every device tensor as (offset, pieces copied from the host);
+    // derived tensors (folded LSTM biases) are built in `owned` first.
+    struct Piece {
+        size_t offset;
+        const float* src;
+        int64_t count;
+    };
+    std::vector<Piece> pieces;
+    std::deque<std::vector<float>> owned;  // derived tensors; deque: stable addresses
+    size_t total = 0;
+    auto place = [&](int64_t count) {
+        const size_t offset = total;
+        total += round_up(static_cast<size_t>(count), kArenaAlignFloats);
+        return offset;
+    };
+    auto find = [&](const std::string& name) -> const HostTensor& {
+        auto it = host.find(name);
+        if (it == host.end()) throw WeightsError("the weights lack tensor '" + name + "'");
+        return it->second;
+    };
+
+    const std::regex lstm_name(R"((.+)\.(weight_ih|weight_hh|bias_ih|bias_hh)_l0(_reverse)?)");
+    const std::regex style_fc_name(R"((.+\.fc)\.(weight|bias))");
+    std::set<std::string> lstm_prefixes;
+    std::set<std::string> style_prefixes[2];
+    std::unordered_map<std::string, size_t> offsets;
+    std::smatch m;
+    for (const auto& [name, tensor] : host) {
+        if (std::regex_match(name, m, lstm_name)) {
+            lstm_prefixes.insert(m[1]);
+        } else if (std::regex_match(name, m, style_fc_name)) {
+            style_prefixes[static_cast<int>(style_half_of(name))].insert(m[1]);
+        } else if (name.rfind("bert.pooler.", 0) != 0) {  // the pooler is unused
+            const size_t offset = place(tensor.numel());
+            pieces.push_back({offset, tensor.data, tensor.numel()});
+            offsets[name] = offset;
+            entries_[name] = {nullptr, tensor.numel()};
+        }
+    }
+
+    struct LstmOffsets {
+        size_t w_ih, w_hh, b;
+        int in, hidden;
+    };
+    std::unordered_map<std::string, LstmOffsets> lstm_offsets;
+    for (const std::string& prefix : lstm_prefixes) {
+        const HostTensor* t[2][4];
+        for (int dir = 0; dir < 2; ++dir) {
+            for (int k = 0; k < 4; ++k) {
+                t[dir][k] = &find(prefix + "." + kLstmParams[k] + "_l0" + (dir ? "_reverse" : ""));
+            }
+        }
+        const HostTensor& w_hh = *t[0][1];
+        if (w_hh.shape.size() != 2 || t[0][0]->shape.size() != 2 ||
+            w_hh.shape[0] != 4 * w_hh.shape[1]) {
+            throw WeightsError("LSTM " + prefix + " has malformed weights");
+        }
+        const int hidden = static_cast<int>(w_hh.shape[1]);
+        const int in = static_cast<int>(t[0][0]->shape[1]);
+        const int64_t gates = 4 * int64_t(hidden);
+        const int64_t expect[4] = {gates * in, gates * hidden, gates, gates};
+        for (auto& dir : t) {
+            for (int k = 0; k < 4; ++k) {
+                if (dir[k]->numel() != expect[k])
+                    throw WeightsError("LSTM " + prefix + " has mismatched shapes");
+            }
+        }
+        LstmOffsets lo{place(2 * expect[0]), place(2 * expect[1]), place(2 * gates), in, hidden};
+        std::vector<float> bias(2 * gates);
+        for (int dir = 0; dir < 2; ++dir) {
+            pieces.push_back({lo.w_ih + dir * expect[0], t[dir][0]->data, expect[0]});
+            pieces.push_back({lo.w_hh + dir * expect[1], t[dir][1]->data, expect[1]});
+            for (int64_t g = 0; g < gates; ++g) {
+                bias[dir * gates + g] =
+                    static_cast<float>(double(t[dir][2]->data[g]) + double(t[dir][3]->data[g]));
+            }
+        }
+        owned.push_back(std::move(bias));
+        pieces.push_back({lo.b, owned.back().data(), 2 * gates});
+        lstm_offsets[prefix] = lo;
+    }
+
+    size_t bank_offsets[2][2] = {};  // [half][weight, bias]
+    for (int half = 0; half < 2; ++half) {
+        int rows = 0;
+        for (const std::string& prefix : style_prefixes[half]) {
+            const HostTensor& w = find(prefix + ".weight");
+            const HostTensor& b = find(prefix + ".bias");
+            if (w.numel() != b.numel() * style_dim) {
+                throw WeightsError("style projection " + prefix + " is not [out, " +
+                                   std::to_string(style_dim) + "]");
+            }
+            style_slots_[prefix] = {static_cast<StyleHalf>(half), rows,
+                                    static_cast<int>(b.numel())};
+            rows += static_cast<int>(b.numel());
+        }
+        banks_[half].rows = rows;
+        bank_offsets[half][0] = place(int64_t(rows) * style_dim);
+        bank_offsets[half][1] = place(rows);
+        for (const std::string& prefix : style_prefixes[half]) {
+            const StyleSlot& slot = style_slots_[prefix];
+            pieces.push_back({bank_offsets[half][0] + size_t(slot.offset) * style_dim,
+                              find(prefix + ".weight").data, int64_t(slot.size) * style_dim});
+            pieces.push_back({bank_offsets[half][1] + size_t(slot.offset),
+                              find(prefix + ".bias").data, slot.size});
+        }
+    }
+
+    bytes_ = std::max<size_t>(total, 1) * sizeof(float);
+    arena_.reset(static_cast<float*>(device_alloc(bytes_, "the model weights")));
+    float* arena = arena_.get();
+    for (const Piece& p : pieces) {
+        KOKORO_CUDA_CHECK(
+            cudaMemcpy(arena + p.offset, p.src, sizeof(float) * p.count, cudaMemcpyHostToDevice));
+    }
+    for (auto& [name, entry] : entries_) entry.ptr = arena + offsets[name];
+    for (const auto& [prefix, lo] : lstm_offsets) {
+        lstms_[prefix] = {arena + lo.w_ih, arena + lo.w_hh, arena + lo.b, lo.in, lo.hidden};
+    }
+    for (int half = 0; half < 2; ++half) {
+        banks_[half].weight = arena + bank_offsets[half][0];
+        banks_[half].bias = arena + bank_offsets[half][1];
+    }
+}
+
+const float* DeviceWeights::get(const std::string& name, int64_t numel) const {
+    auto it = entries_.find(name);
+    if (it == entries_.end()) throw WeightsError("the weights lack tensor '" + name + "'");
+    if (it->second.numel != numel) {
+        throw WeightsError("tensor '" + name + "' holds " + std::to_string(it->second.numel) +
+                           " values; the model needs " + std::to_string(numel));
+    }
+    return it->second.ptr;
+}
+
+DeviceWeights::Lstm DeviceWeights::lstm(const std::string& prefix) const {
+    auto it = lstms_.find(prefix);
+    if (it == lstms_.end()) throw WeightsError("the weights lack LSTM '" + prefix + "'");
+    return it->second;
+}
+
+const DeviceWeights::StyleSlot& DeviceWeights::style_slot(const std::string& fc_prefix) const {
+    auto it = style_slots_.find(fc_prefix);
+    if (it == style_slots_.end())
+        throw WeightsError("the weights lack style projection '" + fc_prefix + "'");
+    return it->second;
+}
+
+void DeviceFree::operator()(void* ptr) const noexcept {
+    static_cast<void>(cudaFree(ptr));  // teardown: nothing to report to
+}
+
+// ------------------------------------------------------------------ Workspace
+
+Workspace::~Workspace() {
+    static_cast<void>(cudaStreamSynchronize(stream_));  // teardown: nothing to report to
+    for (auto& [slot, buffer] : buffers_) static_cast<void>(cudaFree(buffer.ptr));
+}
+
+void* Workspace::get(const std::string& slot, size_t bytes) {
+    Buffer& buffer = buffers_[slot];
+    if (buffer.bytes < bytes) {
+        if (buffer.ptr != nullptr) {
+            // Kernels already enqueued may still read the old buffer.
+            KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+            KOKORO_CUDA_CHECK(cudaFree(buffer.ptr));
+            buffer = Buffer{};
+        }
+        // 1/8 headroom so that slowly growing inputs do not reallocate each time.
+        const size_t want = round_up(bytes + bytes / 8, 256);
+        buffer.ptr = device_alloc(want, ("the workspace buffer " + slot).c_str());
+        buffer.bytes = want;
+    }
+    return buffer.ptr;
+}
+
+float* Workspace::floats(const std::string& slot, int64_t count) {
+    return static_cast<float*>(
+        get(slot, sizeof(float) * static_cast<size_t>(std::max<int64_t>(count, 1))));
+}
+
+int32_t* Workspace::ints(const std::string& slot, int64_t count) {
+    return static_cast<int32_t*>(
+        get(slot, sizeof(int32_t) * static_cast<size_t>(std::max<int64_t>(count, 1))));
+}
+
+double* Workspace::doubles(const std::string& slot, int64_t count) {
+    return static_cast<double*>(
+        get(slot, sizeof(double) * static_cast<size_t>(std::max<int64_t>(count, 1))));
+}
+
+size_t Workspace::bytes() const {
+    size_t total = 0;
+    for (const auto& [slot, buffer] : buffers_) total += buffer.bytes;
+    return total;
+}
+
+// -------------------------------------------------------------------- Context
+
+const float* Context::style(const std::string& fc_prefix, int channels) const {
+    const DeviceWeights::StyleSlot& slot = weights.style_slot(fc_prefix);
+    if (slot.size != 2 * channels) {
+        throw WeightsError("style projection '" + fc_prefix + "' has " + std::to_string(slot.size) +
+                           " outputs; the model needs " + std::to_string(2 * channels));
+    }
+    return style_out[static_cast<int>(slot.half)] + slot.offset;
+}
+
+void Context::record(const char* key, const float* device, std::vector<int64_t> shape) const {
+    if (trace == nullptr) return;
+    Trace::Array& array = trace->floats[key];
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    array.shape = std::move(shape);
+    array.values.resize(static_cast<size_t>(n));
+    KOKORO_CUDA_CHECK(cudaMemcpyAsync(array.values.data(), device, sizeof(float) * n,
+                                      cudaMemcpyDeviceToHost, stream));
+    KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void Context::conv1d(const std::string& prefix, const float* x, float* y, int c_in, int c_out,
+                     int t_in, int kernel, int stride, int pad, int dilation, int groups, bool bias,
+                     const float* residual) const {
+    const float* w = weights.get(prefix + ".weight", int64_t(c_out) * (c_in / groups) * kernel);
+    const float* b = bias ? weights.get(prefix + ".bias", c_out) : nullptr;
+    const int64_t scratch_floats =
+        ops::conv1d_scratch_floats(c_in, t_in, kernel, stride, pad, dilation, groups);
+    float* scratch = scratch_floats > 0 ? ws.floats("ops.scratch", scratch_floats) : nullptr;
+    ops::conv1d(blas, x, w, b, y, c_in, c_out, t_in, kernel, stride, pad, dilation, groups,
+                residual, scratch, stream);
+}
+
+void Context::conv_transpose1d(const std::string& prefix, const float* x, float* y, int c_in,
+                               int c_out, int t_in, int kernel, int stride, int pad,
+                               int output_padding, int groups) const {
+    const float* w = weights.get(prefix + ".weight", int64_t(c_in) * (c_out / groups) * kernel);
+    const float* b = weights.get(prefix + ".bias", c_out);
+    const int64_t scratch_floats =
+        ops::conv_transpose1d_scratch_floats(c_in, c_out, t_in, kernel, groups);
+    float* scratch = scratch_floats > 0 ? ws.floats("ops.scratch", scratch_floats) : nullptr;
+    ops::conv_transpose1d(blas, x, w, b, y, c_in, c_out, t_in, kernel, stride, pad, output_padding,
+                          groups, scratch, stream);
+}
+
+void Context::linear(const std::string& prefix, const float* x, float* y, int rows, int in, int out,
+                     float beta) const {
+    ops::linear(blas, x, weights.get(prefix + ".weight", int64_t(out) * in),
+                weights.get(prefix + ".bias", out), y, rows, in, out, stream, beta);
+}
+
+void Context::lstm(const std::string& prefix, const float* x, float* out, int T) const {
+    const DeviceWeights::Lstm l = weights.lstm(prefix);
+    float* scratch = ws.floats("ops.scratch", ops::lstm_scratch_floats(T, l.hidden));
+    ops::lstm_bidirectional(blas, x, l.w_ih, l.w_hh, l.b, out, T, l.in, l.hidden, scratch, stream);
+}
+
+// --------------------------------------------------------------------- Engine
+
+void Engine::StreamDeleter::operator()(cudaStream_t stream) const noexcept {
+    static_cast<void>(cudaStreamDestroy(stream));  // teardown: nothing to report to
+}
+void Engine::BlasDeleter::operator()(cublasHandle_t handle) const noexcept {
+    static_cast<void>(cublasDestroy(handle));
+}
+
+Engine::Engine(const ModelConfig& config, const HostWeights& weights, int device)
+    : cfg_(config), device_(device) {
+    KOKORO_CUDA_CHECK(cudaSetDevice(device_));
+    check_architecture(device_);
+    cudaStream_t stream = nullptr;
+    KOKORO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    stream_.reset(stream);
+    cublasHandle_t handle = nullptr;
+    KOKORO_CUBLAS_CHECK(cublasCreate(&handle));
+    blas_.reset(handle);
+    // Plain fp32 (no TF32), no atomics, one stream: cuBLAS then picks the
+    // same algorithms, hence the same bits, on every call.
+    KOKORO_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+    KOKORO_CUBLAS_CHECK(cublasSetAtomicsMode(handle, CUBLAS_ATOMICS_NOT_ALLOWED));
+    KOKORO_CUBLAS_CHECK(cublasSetStream(handle, stream));
+    weights_ = std::make_unique<DeviceWeights>(weights, cfg_.style_dim);
+    workspace_ = std::make_unique<Workspace>(stream);
+    stft_ = std::make_unique<ops::Stft>(cfg_.n_fft, cfg_.hop);
+}
+
+Engine::~Engine() {
+    if (stream_) static_cast<void>(cudaStreamSynchronize(stream_.get()));
+}
+
+void Engine::check_inputs(const int64_t* ids, int T, int ref_len, float speed) const {
+    if (T < 1 || T > cfg_.bert_positions) {
+        throw InvalidInput("need 1.." + std::to_string(cfg_.bert_positions) + " token ids, got " +
+                           std::to_string(T));
+    }
+    for (int t = 0; t < T; ++t) {
+        if (ids[t] < 0 || ids[t] >= cfg_.n_token) {
+            throw InvalidInput("token ids must lie in [0, " + std::to_string(cfg_.n_token) + ")");
+        }
+    }
+    if (ref_len != 2 * cfg_.style_dim) {
+        throw InvalidInput("ref_s must hold " + std::to_string(2 * cfg_.style_dim) +
+                           " values, got " + std::to_string(ref_len));
+    }
+    if (!(std::isfinite(speed) && speed > 0.f)) {
+        throw InvalidInput("speed must be a positive number, got " + std::to_string(speed));
+    }
+}
+
+ForwardResult Engine::forward(const int64_t* ids, int T, const float* ref_s, int ref_len,
+                              float speed, bool deterministic, uint64_t seed, Trace* trace) {
+    check_inputs(ids, T, ref_len, speed);
+    const std::lock_guard<std::mutex> lock(forward_mutex_);
+    KOKORO_CUDA_CHECK(cudaSetDevice(device_));
+    cudaStream_t stream = stream_.get();
+    Workspace& ws = *workspace_;
+    const int sd = cfg_.style_dim;
+    const int hid = cfg_.hidden_dim;
+    const int width = hid + sd;
+
+    // Inputs: ids as int32, the style vector, and every style projection.
+    std::vector<int32_t> ids32(ids, ids + T);
+    int32_t* ids_dev = ws.ints("input.ids", T);
+    KOKORO_CUDA_CHECK(cudaMemcpyAsync(ids_dev, ids32.data(), sizeof(int32_t) * T,
+                                      cudaMemcpyHostToDevice, stream));
+    float* style = ws.floats("input.ref_s", 2 * sd);
+    KOKORO_CUDA_CHECK(
+        cudaMemcpyAsync(style, ref_s, sizeof(float) * 2 * sd, cudaMemcpyHostToDevice, stream));
+    Context ctx{cfg_, *weights_, ws, blas_.get(), stream, {nullptr, nullptr}, trace};
+    for (int half = 0; half < 2; ++half) {
+        const DeviceWeights::StyleBank& bank = weights_->style_bank(static_cast<StyleHalf>(half));
+        float* out = ws.floats(half ? "styles.prosody" : "styles.decoder", bank.rows);
+        if (bank.rows > 0) {
+            ops::linear(blas_.get(), style + half * sd, bank.weight, bank.bias, out, 1, sd,
+                        bank.rows, stream);
+        }
+        ctx.style_out[half] = out;
+    }
+
+    // Text side: ALBERT, bert_encoder, duration encoder, durations.
+    float* bert = ws.floats("engine.bert", int64_t(T) * cfg_.bert_hidden);
+    albert_forward(ctx, ids_dev, T, bert);
+    ctx.record("bert", bert, {T, cfg_.bert_hidden});
+    float* d_en_rows = ws.floats("engine.d_en_rows", int64_t(T) * hid);
+    ctx.linear("bert_encoder", bert, d_en_rows, T, cfg_.bert_hidden, hid);
+    if (trace != nullptr) {
+        float* d_en = ws.floats("trace.d_en", int64_t(hid) * T);
+        ops::transpose(d_en_rows, d_en, T, hid, stream);
+        ctx.record("d_en", d_en, {hid, T});
+    }
+    float* d = ws.floats("engine.d", int64_t(T) * width);
+    duration_encoder_forward(ctx, d_en_rows, style + sd, T, d);
+    ctx.record("d", d, {T, width});
+    float* dur_lstm = ws.floats("engine.dur_lstm", int64_t(T) * hid);
+    float* logits = ws.floats("engine.dur_logits", int64_t(T) * cfg_.max_dur);
+    duration_head_forward(ctx, d, T, dur_lstm, logits);
+    ctx.record("dur_lstm", dur_lstm, {T, hid});
+    int32_t* dur = ws.ints("engine.durations", T);
+    ops::durations_from_logits(logits, T, cfg_.max_dur, speed, dur, stream);
+    if (trace != nullptr) {
+        trace->floats["dur_float"] =
+            durations_before_rounding(logits, T, cfg_.max_dur, speed, stream);
+    }
+
+    // The one read-back: the durations size the frame axis.
+    std::vector<int32_t> dur_host(T);
+    KOKORO_CUDA_CHECK(
+        cudaMemcpyAsync(dur_host.data(), dur, sizeof(int32_t) * T, cudaMemcpyDeviceToHost, stream));
+    KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream));
+    ForwardResult result;
+    result.durations.assign(dur_host.begin(), dur_host.end());
+    int64_t frames = 0;
+    for (int32_t f : dur_host) frames += f;
+    const int64_t max_frames = INT_MAX / (2 * int64_t(cfg_.source_upsampling()));
+    if (frames > max_frames) {
+        throw InvalidInput("the predicted durations add up to " + std::to_string(frames) +
+                           " frames, more than the " + std::to_string(max_frames) +
+                           " one call supports; raise the speed or split the input");
+    }
+    const int F = static_cast<int>(frames);
+    if (trace != nullptr) trace->ints["pred_dur"] = result.durations;
+
+    // Frame side: alignment, F0 and energy, text encoder, decoder, generator.
+    int32_t* frame_token = ws.ints("engine.frame_token", F);
+    ops::frame_token_index(dur, T, frame_token, stream);
+    float* d_t = ws.floats("engine.d_t", int64_t(width) * T);
+    ops::transpose(d, d_t, T, width, stream);
+    float* en = ws.floats("engine.en", int64_t(width) * F);
+    ops::expand_frames(d_t, frame_token, en, width, T, F, stream);
+    ctx.record("en", en, {width, F});
+    float* f0 = ws.floats("engine.f0", 2 * int64_t(F));
+    float* n = ws.floats("engine.n", 2 * int64_t(F));
+    f0n_forward(ctx, en, F, f0, n);
+    ctx.record("F0", f0, {2 * F});
+    ctx.record("N", n, {2 * F});
+
+    float* t_en = ws.floats("engine.t_en", int64_t(hid) * T);
+    text_encoder_forward(ctx, ids_dev, T, t_en);
+    ctx.record("t_en", t_en, {hid, T});
+    float* dec_out = ws.floats("engine.dec_out", int64_t(cfg_.upsample_initial_channel) * 2 * F);
+    decoder_forward(ctx, t_en, frame_token, T, F, f0, n, dec_out);
+
+    const int64_t samples = 2 * int64_t(F) * cfg_.source_upsampling();
+    float* audio = ws.floats("engine.audio", samples);
+    generator_forward(ctx, *stft_, dec_out, f0, F, deterministic, seed, audio);
+    result.audio.resize(static_cast<size_t>(samples));
+    KOKORO_CUDA_CHECK(cudaMemcpyAsync(result.audio.data(), audio, sizeof(float) * samples,
+                                      cudaMemcpyDeviceToHost, stream));
+    KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (trace != nullptr) trace->floats["audio"] = {{samples}, result.audio};
+    return result;
+}
+
+}  // namespace kokoro

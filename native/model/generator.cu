@@ -1,0 +1,149 @@
+// iSTFTNet generator (kokoro/istftnet.py Generator): the harmonic-plus-noise
+// source and its STFT, then per upsampling stage: LeakyReLU 0.1, the source
+// branch (noise conv + AdaINResBlock1), the transposed-conv upsampler (plus a
+// reflection pad (1, 0) on the last stage), their sum, and the mean of the
+// stage's AdaINResBlock1s; finally LeakyReLU 0.01, conv_post, and the
+// spectral head + inverse STFT. Stage buffers come from the workspace.
+#include <stdexcept>
+#include <string>
+
+#include "kokoro/model.h"
+
+namespace kokoro {
+
+namespace {
+constexpr int kHarmonics = 9;  // fundamental + harmonic_num 8
+constexpr int kSampleRate = 24000;
+constexpr float kSineAmp = 0.1f;
+constexpr float kNoiseStd = 0.003f;
+constexpr float kVoicedThreshold = 10.f;
+constexpr float kStageSlope = 0.1f;
+constexpr float kPostSlope = 0.01f;  // F.leaky_relu's default, not the stages' 0.1
+constexpr int kNoiseResKernel = 7;
+constexpr int kLastNoiseResKernel = 11;
+constexpr int kPostKernel = 7;
+
+// AdaINResBlock1 `prefix`: out = block(x) on [C, T]; out may equal x. Three
+// times: AdaIN + Snake, dilated conv, AdaIN + Snake, conv, residual add.
+void adain_resblock1(const Context& ctx, const std::string& prefix, const float* x, float* out,
+                     int C, int T, int kernel, const std::vector<int>& dilations) {
+    float* snaked = ctx.ws.floats("resblock.snaked", int64_t(C) * T);
+    float* hidden = ctx.ws.floats("resblock.hidden", int64_t(C) * T);
+    const float* in = x;
+    for (size_t j = 0; j < dilations.size(); ++j) {
+        const std::string idx = std::to_string(j);
+        const int dilation = dilations[j];
+        ops::adain(in, snaked, C, T, ctx.style(prefix + ".adain1." + idx + ".fc", C),
+                   ops::Activation::kSnake, 0.f, ctx.w(prefix + ".alpha1." + idx, C), ctx.stream);
+        ctx.conv1d(prefix + ".convs1." + idx, snaked, hidden, C, C, T, kernel, 1,
+                   dilation * (kernel - 1) / 2, dilation, 1, true);
+        ops::adain(hidden, hidden, C, T, ctx.style(prefix + ".adain2." + idx + ".fc", C),
+                   ops::Activation::kSnake, 0.f, ctx.w(prefix + ".alpha2." + idx, C), ctx.stream);
+        ctx.conv1d(prefix + ".convs2." + idx, hidden, out, C, C, T, kernel, 1, (kernel - 1) / 2, 1,
+                   1, true, in);
+        in = out;
+    }
+}
+
+void check_length(const std::string& what, int got, int want) {
+    if (got != want) {
+        throw std::logic_error(std::string("generator: ") + what + " has " + std::to_string(got) +
+                               " frames, expected " + std::to_string(want));
+    }
+}
+}  // namespace
+
+void generator_forward(const Context& ctx, ops::Stft& stft, const float* x, const float* f0, int F,
+                       bool deterministic, uint64_t seed, float* audio) {
+    const ModelConfig& cfg = ctx.cfg;
+    const std::string g = "decoder.generator";
+    const int f0_len = 2 * F;
+    const int samples = f0_len * cfg.source_upsampling();
+
+    float* har_source = ctx.ws.floats("generator.har_source", samples);
+    double* source_scratch = ctx.ws.doubles(
+        "generator.source_scratch",
+        ops::harmonic_source_scratch_doubles(f0_len, cfg.source_upsampling(), kHarmonics));
+    ops::harmonic_source(f0, f0_len, cfg.source_upsampling(), kHarmonics, kSampleRate, kSineAmp,
+                         kNoiseStd, kVoicedThreshold,
+                         ctx.w(g + ".m_source.l_linear.weight", kHarmonics),
+                         ctx.w(g + ".m_source.l_linear.bias", 1), deterministic, seed, har_source,
+                         source_scratch, ctx.stream);
+    ctx.record("har_source", har_source, {samples});
+    const int spec_rows = cfg.n_fft + 2;
+    const int spec_frames = stft.frames(samples);
+    float* har = ctx.ws.floats("generator.har", int64_t(spec_rows) * spec_frames);
+    stft.forward(har_source, samples, har, ctx.stream);
+    ctx.record("har", har, {spec_rows, spec_frames});
+
+    const int n_stages = static_cast<int>(cfg.upsample_rates.size());
+    const int n_kernels = static_cast<int>(cfg.resblock_kernel_sizes.size());
+    const float* stage_x = x;
+    int channels = cfg.upsample_initial_channel;
+    int T = f0_len;
+    for (int i = 0; i < n_stages; ++i) {
+        const bool last = i + 1 == n_stages;
+        const std::string idx = std::to_string(i);
+        const int c_out = channels / 2;
+        const int rate = cfg.upsample_rates[i];
+        const int kernel = cfg.upsample_kernel_sizes[i];
+        const int t_up = ops::conv_transpose1d_out_len(T, kernel, rate, (kernel - rate) / 2, 0);
+        const int t_stage = last ? t_up + 1 : t_up;
+        const int64_t n = int64_t(c_out) * t_stage;
+
+        float* activated = ctx.ws.floats("generator.activated", int64_t(channels) * T);
+        ops::leaky_relu(stage_x, activated, int64_t(channels) * T, kStageSlope, ctx.stream);
+
+        // Source branch: the source STFT brought to this stage's frame rate.
+        float* source = ctx.ws.floats("generator.source", n);
+        int stride = 1;
+        for (int j = i + 1; j < n_stages; ++j) stride *= cfg.upsample_rates[j];
+        const int noise_kernel = last ? 1 : 2 * stride;
+        const int noise_pad = last ? 0 : (stride + 1) / 2;
+        check_length("noise_convs." + idx,
+                     ops::conv1d_out_len(spec_frames, noise_kernel, stride, noise_pad, 1), t_stage);
+        ctx.conv1d(g + ".noise_convs." + idx, har, source, spec_rows, c_out, spec_frames,
+                   noise_kernel, stride, noise_pad, 1, 1, true);
+        adain_resblock1(ctx, g + ".noise_res." + idx, source, source, c_out, t_stage,
+                        last ? kLastNoiseResKernel : kNoiseResKernel,
+                        cfg.resblock_dilation_sizes[0]);
+
+        float* upsampled = ctx.ws.floats("generator.upsampled", int64_t(c_out) * t_up);
+        ctx.conv_transpose1d(g + ".ups." + idx, activated, upsampled, channels, c_out, T, kernel,
+                             rate, (kernel - rate) / 2, 0, 1);
+        float* stage_in = ctx.ws.floats("generator.stage_in", n);
+        if (last) {
+            ops::reflection_pad(upsampled, stage_in, c_out, t_up, 1, 0, ctx.stream);
+            ops::add_scaled(stage_in, source, stage_in, n, 1.f, ctx.stream);
+        } else {
+            ops::add_scaled(upsampled, source, stage_in, n, 1.f, ctx.stream);
+        }
+
+        // Mean of the stage's residual blocks; the sum builds up in `mean`.
+        float* mean = ctx.ws.floats(i % 2 ? "generator.mean_odd" : "generator.mean_even", n);
+        float* branch = ctx.ws.floats("generator.branch", n);
+        for (int j = 0; j < n_kernels; ++j) {
+            const std::string block = g + ".resblocks." + std::to_string(i * n_kernels + j);
+            adain_resblock1(ctx, block, stage_in, j == 0 ? mean : branch, c_out, t_stage,
+                            cfg.resblock_kernel_sizes[j], cfg.resblock_dilation_sizes[j]);
+            if (j > 0) {
+                const float scale = j + 1 == n_kernels ? 1.f / static_cast<float>(n_kernels) : 1.f;
+                ops::add_scaled(mean, branch, mean, n, scale, ctx.stream);
+            }
+        }
+        stage_x = mean;
+        channels = c_out;
+        T = t_stage;
+    }
+
+    check_length("conv_post input", T, spec_frames);
+    float* activated = ctx.ws.floats("generator.activated", int64_t(channels) * T);
+    ops::leaky_relu(stage_x, activated, int64_t(channels) * T, kPostSlope, ctx.stream);
+    float* logits = ctx.ws.floats("generator.logits", int64_t(spec_rows) * T);
+    ctx.conv1d(g + ".conv_post", activated, logits, channels, spec_rows, T, kPostKernel, 1,
+               (kPostKernel - 1) / 2, 1, 1, true);
+    ctx.record("gen_post", logits, {spec_rows, T});
+    stft.inverse_from_logits(logits, T, audio, ctx.stream);
+}
+
+}  // namespace kokoro

@@ -1,0 +1,236 @@
+"""Backend selection and fallback, without a GPU: the native module is replaced by fakes.
+
+Covers device names, the reasons CUDA is unusable (no native engine, no
+driver, an old driver, no device, an old GPU, a failed query), the one
+warning of the ``"auto"`` fallback, BackendError under ``"cuda"``, the engine
+failing to start, seeds and traces passed to the engine, and backend_info's
+shape on this machine.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+import kokoro_gpu
+from kokoro_gpu import backends
+from kokoro_gpu.config import ModelConfig
+from kokoro_gpu.errors import BackendError, InputError
+
+H200 = {
+    "index": 0,
+    "name": "NVIDIA H200",
+    "compute_capability": (9, 0),
+    "total_memory_bytes": 150 << 30,
+    "multiprocessors": 132,
+}
+T4 = {
+    "index": 0,
+    "name": "Tesla T4",
+    "compute_capability": (7, 5),
+    "total_memory_bytes": 16 << 30,
+    "multiprocessors": 40,
+}
+OK_STATUS = {
+    "driver_version": 13000,
+    "runtime_version": 13000,
+    "device_count": 1,
+    "error": None,
+    "message": None,
+}
+
+
+class FakeEngine:
+    """Records the calls the CUDA backend makes; returns silence."""
+
+    calls: ClassVar[list[dict[str, Any]]] = []
+
+    def __init__(self, config: dict[str, Any], weights: dict[str, np.ndarray], device: int) -> None:
+        self.config, self.device = config, device
+
+    def forward(
+        self, ids: np.ndarray, ref_s: np.ndarray, speed: float, deterministic: bool, seed: int, trace: bool
+    ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray] | None]:
+        FakeEngine.calls.append({"ids": ids, "ref_s": ref_s, "deterministic": deterministic, "seed": seed})
+        durations = np.ones(ids.size, dtype=np.int64)
+        return np.zeros(600 * ids.size, np.float32), durations, ({"pred_dur": durations} if trace else None)
+
+
+class FailingEngine(FakeEngine):
+    def __init__(self, *args: Any) -> None:
+        raise BackendError("allocating 123 bytes of GPU memory for the model weights failed: out of memory")
+
+
+class StubCPU:
+    device = "cpu"
+    precision = "fp32"
+
+    def __init__(self, *args: Any) -> None:
+        pass
+
+
+def fake_native(status: dict[str, Any], devices: list[dict[str, Any]], engine: type = FakeEngine) -> Any:
+    return SimpleNamespace(
+        cuda_status=lambda: dict(status),
+        devices=lambda: [dict(d) for d in devices],
+        Engine=engine,
+        cuda_architectures="80-real 86-real 89-real 90",
+    )
+
+
+@pytest.fixture
+def config() -> ModelConfig:
+    return ModelConfig.load()
+
+
+@pytest.fixture(autouse=True)
+def _stub_cpu_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(backends, "CPUBackend", StubCPU)
+
+
+def use_native(monkeypatch: pytest.MonkeyPatch, native: Any, error: str | None = None) -> None:
+    monkeypatch.setattr(backends, "load_native", lambda: (native, error))
+
+
+@pytest.mark.parametrize(
+    ("status", "devices", "reason"),
+    [
+        (
+            {**OK_STATUS, "driver_version": 0, "error": "cudaErrorInsufficientDriver"},
+            [],
+            "CUDA driver not detected",
+        ),
+        (
+            {**OK_STATUS, "driver_version": 12020, "error": "cudaErrorInsufficientDriver"},
+            [],
+            "CUDA driver too old",
+        ),
+        ({**OK_STATUS, "device_count": 0, "error": "cudaErrorNoDevice"}, [], "no GPU devices found"),
+        ({**OK_STATUS, "device_count": 0}, [], "no GPU devices found"),
+        ({**OK_STATUS, "error": "cudaErrorUnknown", "message": "unknown error"}, [], "initialisation failed"),
+        (OK_STATUS, [T4], "compute capability 8.0 or newer"),
+    ],
+)
+def test_unusable_cuda_falls_back_under_auto_and_raises_under_cuda(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    config: ModelConfig,
+    status: dict[str, Any],
+    devices: list[dict[str, Any]],
+    reason: str,
+) -> None:
+    use_native(monkeypatch, fake_native(status, devices))
+    with caplog.at_level(logging.WARNING, logger="kokoro_gpu"):
+        backend = backends.create_backend("auto", config, {})
+    assert backend.device == "cpu"
+    assert len(caplog.records) == 1 and reason in caplog.records[0].getMessage()
+    with pytest.raises(BackendError, match=reason):
+        backends.create_backend("cuda", config, {})
+    info = backends.backend_info()
+    assert info["cuda_available"] is False and reason in info["reason"]
+
+
+def test_native_engine_missing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, config: ModelConfig
+) -> None:
+    use_native(monkeypatch, None, "native engine not built")
+    with caplog.at_level(logging.WARNING, logger="kokoro_gpu"):
+        assert backends.create_backend("auto", config, {}).device == "cpu"
+    assert [r.getMessage() for r in caplog.records] == [
+        "kokoro_gpu: using the CPU backend: native engine not built"
+    ]
+    with pytest.raises(BackendError, match="native engine not built"):
+        backends.resolve_device("cuda")
+
+
+def test_cpu_never_probes_cuda(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, config: ModelConfig
+) -> None:
+    def boom() -> Any:
+        raise AssertionError("device='cpu' must not look for CUDA")
+
+    monkeypatch.setattr(backends, "load_native", boom)
+    with caplog.at_level(logging.WARNING, logger="kokoro_gpu"):
+        assert backends.create_backend("cpu", config, {}).device == "cpu"
+    assert not caplog.records
+
+
+def test_bad_names_are_input_errors(config: ModelConfig) -> None:
+    with pytest.raises(InputError, match="unknown device 'gpu'"):
+        backends.create_backend("gpu", config, {})
+    with pytest.raises(InputError, match="unknown precision"):
+        backends.create_backend("cpu", config, {}, precision="fp8")
+
+
+def test_usable_cuda_gives_the_cuda_backend(monkeypatch: pytest.MonkeyPatch, config: ModelConfig) -> None:
+    use_native(monkeypatch, fake_native(OK_STATUS, [T4, {**H200, "index": 1}]))
+    assert backends.resolve_device("auto") == "cuda"
+    backend = backends.create_backend("auto", config, {})
+    assert isinstance(backend, backends.CUDABackend)
+    assert backend.device == "cuda" and backend.device_index == 1 and backend.device_name == "NVIDIA H200"
+    assert backend._engine.config["plbert"]["hidden_size"] == 768
+
+
+def test_engine_failing_to_start(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, config: ModelConfig
+) -> None:
+    use_native(monkeypatch, fake_native(OK_STATUS, [H200], engine=FailingEngine))
+    with caplog.at_level(logging.WARNING, logger="kokoro_gpu"):
+        assert backends.create_backend("auto", config, {}).device == "cpu"
+    assert len(caplog.records) == 1 and "out of memory" in caplog.records[0].getMessage()
+    with pytest.raises(BackendError, match="123 bytes"):
+        backends.create_backend("cuda", config, {})
+
+
+def test_seeds_and_trace_reach_the_engine(monkeypatch: pytest.MonkeyPatch, config: ModelConfig) -> None:
+    use_native(monkeypatch, fake_native(OK_STATUS, [H200]))
+    backend = backends.create_backend("cuda", config, {})
+    FakeEngine.calls.clear()
+    ids, ref_s = np.array([0, 5, 6, 0]), np.zeros((1, 256))
+    trace: dict[str, np.ndarray] = {}
+    audio, durations = backend.forward(ids, ref_s, 1.0, deterministic=False, seed=7, trace=trace)
+    backend.forward(ids, ref_s, 1.0, deterministic=False, seed=None)
+    backend.forward(ids, ref_s, 1.0, deterministic=False, seed=None)
+    backend.forward(ids, ref_s, 1.0, deterministic=True, seed=5)
+    seeds = [c["seed"] for c in FakeEngine.calls]
+    assert seeds[0] == 7 and seeds[1] != seeds[2] and seeds[3] == 0
+    assert [c["deterministic"] for c in FakeEngine.calls] == [False, False, False, True]
+    call = FakeEngine.calls[0]
+    assert (
+        call["ids"].dtype == np.int64 and call["ref_s"].dtype == np.float32 and call["ref_s"].shape == (256,)
+    )
+    assert audio.dtype == np.float32 and durations.dtype == np.int64
+    np.testing.assert_array_equal(trace["pred_dur"], durations)
+
+
+def test_backend_info_with_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    use_native(monkeypatch, fake_native(OK_STATUS, [H200]))
+    info = backends.backend_info()
+    assert info["cuda_available"] is True and info["reason"] is None and info["device_index"] == 0
+    assert info["devices"] == [{**H200, "compute_capability": "9.0"}]
+    assert info["driver_version"] == "13.0" and info["runtime_version"] == "13.0"
+    assert info["cuda_architectures"] == "80-real 86-real 89-real 90"
+
+
+def test_backend_info_on_this_machine() -> None:
+    info = kokoro_gpu.backend_info()
+    assert set(info) == {
+        "native_built",
+        "native_loaded",
+        "cuda_architectures",
+        "cuda_available",
+        "reason",
+        "device_index",
+        "devices",
+        "driver_version",
+        "runtime_version",
+    }
+    assert isinstance(info["native_built"], bool) and isinstance(info["native_loaded"], bool)
+    assert isinstance(info["devices"], list)
+    if not info["cuda_available"]:
+        assert isinstance(info["reason"], str) and info["reason"]
+        assert info["device_index"] is None

@@ -1,0 +1,212 @@
+"""The CUDA engine end to end: parity with the CPU backend, determinism, seeds, errors, backend_info.
+
+Runs on full-size random weights (kokoro_gpu.random_weights, folded), shaped so
+that the comparison means something: voiced F0 (100..250 Hz) and durations
+that vary per token; the phase-input channels of the generator's noise
+convolutions are zeroed, since STFT phases of near-silent bins are rounding
+noise in any float32 implementation and would dominate the audio difference.
+Skipped as a whole when no usable GPU (or no native engine) is present; the
+CPU-side parts of backend_info are covered in test_backends.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kokoro_gpu import backend_info
+from kokoro_gpu.backends import CPUBackend, CUDABackend, create_backend, cuda_state
+from kokoro_gpu.checkpoint import fold_official
+from kokoro_gpu.config import SAMPLES_PER_FRAME, ModelConfig
+from kokoro_gpu.errors import BackendError, CheckpointError, InputError
+from kokoro_gpu.random_weights import random_checkpoint, random_voice_pack
+
+_CUDA = cuda_state()
+pytestmark = pytest.mark.skipif(not _CUDA.usable, reason=f"CUDA unavailable: {_CUDA.reason}")
+
+# Intermediates up to the decoder: float32 on both sides, same operation order
+# up to summation order, so normwise relative error within 1e-4.
+TIGHT_KEYS = (
+    "bert",
+    "d_en",
+    "d",
+    "dur_lstm",
+    "dur_float",
+    "en",
+    "shared_lstm",
+    "F0",
+    "N",
+    "t_en",
+    "asr",
+    "dec_out",
+)
+# Loose bounds past the decoder: the sine source integrates F0 over the whole
+# utterance, so the ~1e-6 relative F0 difference becomes ~1e-3 rad of phase
+# per second (times the harmonic number); conv_post and the audio inherit it.
+LOOSE_TOL = {"har_source": 1e-2, "gen_post": 1e-2, "audio": 2e-2}
+N_BINS = 11  # n_fft / 2 + 1: the magnitude half of the source STFT
+
+
+def full_size_weights(config: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random folded weights of the real model's shapes, phase inputs zeroed (see the module docstring)."""
+    return fold_official(random_checkpoint(config, seed, zero_phase_inputs=True), config)
+
+
+def random_inputs(config: ModelConfig, n_phonemes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ids = np.concatenate([[0], rng.integers(1, config.n_token, n_phonemes), [0]]).astype(np.int64)
+    ref_s = random_voice_pack(seed)[n_phonemes - 1, 0]
+    return ids, ref_s
+
+
+def rel_error(got: np.ndarray, want: np.ndarray) -> float:
+    """max |got - want| / max |want|."""
+    want64 = np.asarray(want, dtype=np.float64)
+    return float(
+        np.max(np.abs(np.asarray(got, dtype=np.float64) - want64)) / max(np.max(np.abs(want64)), 1e-30)
+    )
+
+
+@pytest.fixture(scope="module")
+def config() -> ModelConfig:
+    return ModelConfig.load()
+
+
+@pytest.fixture(scope="module")
+def weights(config: ModelConfig) -> dict[str, np.ndarray]:
+    return full_size_weights(config)
+
+
+@pytest.fixture(scope="module")
+def gpu(config: ModelConfig, weights: dict[str, np.ndarray]) -> CUDABackend:
+    backend = create_backend("cuda", config, weights)
+    assert isinstance(backend, CUDABackend)
+    return backend
+
+
+def test_end_to_end_matches_cpu(
+    config: ModelConfig, weights: dict[str, np.ndarray], gpu: CUDABackend
+) -> None:
+    ids, ref_s = random_inputs(config, 48, seed=3)
+    cpu_trace: dict[str, np.ndarray] = {}
+    gpu_trace: dict[str, np.ndarray] = {}
+    cpu_audio, cpu_dur = CPUBackend(config, weights).forward(
+        ids, ref_s, 1.0, deterministic=True, seed=None, trace=cpu_trace
+    )
+    audio, dur = gpu.forward(ids, ref_s, 1.0, deterministic=True, seed=None, trace=gpu_trace)
+
+    np.testing.assert_array_equal(dur, cpu_dur)
+    assert len(set(dur.tolist())) > 1, "test weights should give durations that vary"
+    assert 100 < np.median(cpu_trace["F0"]) < 250, "test weights should give a voiced F0"
+    assert audio.dtype == np.float32 and audio.shape == (SAMPLES_PER_FRAME * int(dur.sum()),)
+    assert set(gpu_trace) == set(cpu_trace)
+    np.testing.assert_array_equal(gpu_trace["pred_dur"], cpu_trace["pred_dur"])
+
+    errors: dict[str, float] = {}
+    for key in (*TIGHT_KEYS, *LOOSE_TOL):
+        assert gpu_trace[key].shape == cpu_trace[key].shape, key
+        errors[key] = rel_error(gpu_trace[key], cpu_trace[key])
+    assert rel_error(audio, cpu_audio) == errors["audio"]
+    # Source STFT: magnitudes everywhere; phases only where the magnitude is
+    # well above zero (elsewhere the angle is rounding noise).
+    har_gpu, har_cpu = gpu_trace["har"], cpu_trace["har"]
+    errors["har magnitude"] = rel_error(har_gpu[:N_BINS], har_cpu[:N_BINS])
+    strong = har_cpu[:N_BINS] > 1e-2 * har_cpu[:N_BINS].max()
+    phase_diff = np.angle(np.exp(1j * (har_gpu[N_BINS:][strong] - har_cpu[N_BINS:][strong])))
+    errors["har phase (rad)"] = float(np.max(np.abs(phase_diff)))
+    print("\nCUDA vs CPU, max |gpu - cpu| / max |cpu|:")
+    for key, err in errors.items():
+        print(f"  {key:16s} {err:.3e}")
+
+    for key in TIGHT_KEYS:
+        assert errors[key] < 1e-4, (key, errors[key])
+    for key, tol in LOOSE_TOL.items():
+        assert errors[key] < tol, (key, errors[key])
+    assert errors["har magnitude"] < 1e-3
+    assert errors["har phase (rad)"] < 1e-2
+
+
+def test_deterministic_is_bit_exact_and_workspace_reuse_is_clean(
+    config: ModelConfig, gpu: CUDABackend
+) -> None:
+    short_ids, ref_s = random_inputs(config, 20, seed=2)
+    long_ids, _ = random_inputs(config, 510, seed=3)
+    first, dur = gpu.forward(short_ids, ref_s, 1.0, deterministic=True, seed=None)
+    long_audio, long_dur = gpu.forward(long_ids, ref_s, 1.0, deterministic=True, seed=None)  # grows buffers
+    again, dur_again = gpu.forward(short_ids, ref_s, 1.0, deterministic=True, seed=None)
+    assert first.tobytes() == again.tobytes()
+    np.testing.assert_array_equal(dur, dur_again)
+    assert np.all(np.isfinite(long_audio)) and long_audio.size == SAMPLES_PER_FRAME * long_dur.sum()
+    # Deterministic mode ignores the seed.
+    seeded, _ = gpu.forward(short_ids, ref_s, 1.0, deterministic=True, seed=99)
+    assert seeded.tobytes() == first.tobytes()
+
+
+def test_seeded_stochastic_mode_repeats(config: ModelConfig, gpu: CUDABackend) -> None:
+    ids, ref_s = random_inputs(config, 30, seed=4)
+    a, _ = gpu.forward(ids, ref_s, 1.0, deterministic=False, seed=1234)
+    b, _ = gpu.forward(ids, ref_s, 1.0, deterministic=False, seed=1234)
+    c, _ = gpu.forward(ids, ref_s, 1.0, deterministic=False, seed=1235)
+    fresh1, _ = gpu.forward(ids, ref_s, 1.0, deterministic=False, seed=None)
+    fresh2, _ = gpu.forward(ids, ref_s, 1.0, deterministic=False, seed=None)
+    det, _ = gpu.forward(ids, ref_s, 1.0, deterministic=True, seed=None)
+    assert a.tobytes() == b.tobytes()
+    assert a.tobytes() != c.tobytes()
+    assert fresh1.tobytes() != fresh2.tobytes()
+    assert a.tobytes() != det.tobytes()
+
+
+def test_speed_scales_durations(config: ModelConfig, gpu: CUDABackend) -> None:
+    ids, ref_s = random_inputs(config, 40, seed=5)
+    _, normal = gpu.forward(ids, ref_s, 1.0, deterministic=True, seed=None)
+    _, fast = gpu.forward(ids, ref_s, 2.0, deterministic=True, seed=None)
+    assert fast.sum() < normal.sum()
+
+
+def test_bad_inputs_raise_input_error(config: ModelConfig, gpu: CUDABackend) -> None:
+    ids, ref_s = random_inputs(config, 10, seed=6)
+    with pytest.raises(InputError, match="token ids"):
+        gpu.forward(np.array([0, config.n_token, 0]), ref_s, 1.0, deterministic=True, seed=None)
+    with pytest.raises(InputError, match="token ids"):
+        gpu.forward(
+            np.zeros(config.context_length + 1, dtype=np.int64), ref_s, 1.0, deterministic=True, seed=None
+        )
+    with pytest.raises(InputError, match="ref_s"):
+        gpu.forward(ids, ref_s[:100], 1.0, deterministic=True, seed=None)
+    with pytest.raises(InputError, match="speed"):
+        gpu.forward(ids, ref_s, 0.0, deterministic=True, seed=None)
+    with pytest.raises(InputError, match="device"):
+        create_backend("gpu", config, {})
+
+
+def test_missing_weight_is_a_checkpoint_error(config: ModelConfig, weights: dict[str, np.ndarray]) -> None:
+    partial = {k: v for k, v in weights.items() if k != "decoder.generator.conv_post.weight"}
+    with pytest.raises(CheckpointError, match="conv_post"):
+        CUDABackend(config, partial).forward(
+            *random_inputs(config, 5, seed=7), 1.0, deterministic=True, seed=None
+        )
+
+
+def test_cuda_unavailable_is_a_backend_error(
+    config: ModelConfig, weights: dict[str, np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kokoro_gpu.backends as backends
+
+    monkeypatch.setattr(backends, "load_native", lambda: (None, "native engine not built"))
+    with pytest.raises(BackendError, match="native engine not built"):
+        create_backend("cuda", config, weights)
+
+
+def test_backend_info_on_a_gpu_machine() -> None:
+    info = backend_info()
+    assert info["native_built"] and info["native_loaded"] and info["cuda_available"]
+    assert info["reason"] is None
+    assert isinstance(info["cuda_architectures"], str) and info["cuda_architectures"]
+    assert info["devices"], "at least one device"
+    dev = info["devices"][info["device_index"]]
+    assert isinstance(dev["name"], str) and dev["name"]
+    major, minor = (int(p) for p in dev["compute_capability"].split("."))
+    assert (major, minor) >= (8, 0)
+    assert dev["total_memory_bytes"] > 2**30
+    for key in ("driver_version", "runtime_version"):
+        assert isinstance(info[key], str) and "." in info[key]
