@@ -352,7 +352,19 @@ def test_conv_transpose1d(rng: np.random.Generator, case: tuple[int, ...]) -> No
 # -------------------------------------------------------- lstm, attention
 
 
-@pytest.mark.parametrize("t_len,d_in,hidden", [(1, 640, 256), (2, 17, 33), (37, 640, 256), (150, 512, 256)])
+@pytest.mark.parametrize(
+    "t_len,d_in,hidden",
+    # H 64 / 128 / 256 take the cluster path on sm_90 (T=500: the long case); H 33 the fallback.
+    [
+        (1, 640, 256),
+        (2, 17, 33),
+        (37, 640, 256),
+        (150, 512, 256),
+        (500, 640, 256),
+        (45, 24, 64),
+        (90, 40, 128),
+    ],
+)
 def test_lstm_bidirectional(rng: np.random.Generator, t_len: int, d_in: int, hidden: int) -> None:
     x = f32(rng.standard_normal((t_len, d_in)))
     w_ih = f32(rng.uniform(-1, 1, (2, 4 * hidden, d_in)) / math.sqrt(hidden))

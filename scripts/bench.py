@@ -1,0 +1,666 @@
+"""Benchmark of the performance issue: kokoro_gpu against the official PyTorch Kokoro.
+
+Both run the same seeded random checkpoint (``kokoro_gpu.random_weights``; real
+weights are not assumed present), batch 1, phonemes to audio, on one device:
+
+- ``short`` / ``medium`` / ``long``: 30 / 157 / 500 phonemes (~3 frames each
+  from the random checkpoint's duration head);
+- ``batch``: many medium utterances through a batched forward
+  (``forward_batch`` of the backend) when the engine has one, else reported as
+  not available.
+
+Per case and implementation one table row: median and min latency over
+``--repeats`` runs after ``--warmup`` runs (wall clock around a call that
+returns host audio for kokoro_gpu; around a CUDA-synchronised call that leaves
+the audio on the GPU for PyTorch), x real time, speedup over PyTorch, GPU
+memory, and the generator's achieved TFLOP/s against the peak measured here.
+
+Generator FLOPs are 2 x the MACs of every conv and transposed conv in
+``decoder.generator`` at the case's frame count, from the weight layout. For
+PyTorch the generator is timed alone (CUDA events around its forward); the
+native engine exposes no per-part timing, so its rate divides by the whole
+forward (a lower bound, marked "whole fwd").
+
+``--lstm`` adds the per-step time of ``lstm_bidirectional`` (H = 256) through
+the op binding: each call's time minus that of an op with the same output
+transfer, fitted over T.
+
+PyTorch (on the device machine: ``kokoro`` and ``loguru`` wheels in .whl)::
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+    PYTHONPATH=/tmp/site python3 scripts/bench.py --json $OUT/bench.json --md $OUT/bench.md
+
+CPU smoke test: ``python3 scripts/bench.py --device cpu --no-torch --cases short --repeats 1 --warmup 0``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import types
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kokoro_gpu import backends
+from kokoro_gpu.checkpoint import fold_official
+from kokoro_gpu.config import SAMPLE_RATE, ModelConfig
+from kokoro_gpu.layout import folded_layout
+from kokoro_gpu.random_weights import random_checkpoint, random_voice_pack
+from kokoro_gpu.tokens import phonemes_to_ids
+
+CASES = {"short": 30, "medium": 157, "long": 500}
+BATCH_CASE = "batch"
+# The PyTorch reference numbers of the issue (H200, kokoro 0.9.4, fp32 eager), ms.
+ISSUE_TORCH_MS = {"short": 34.7, "medium": 54.3, "long": 107.6}
+# Phoneme strings: "words" of 2..6 vocab letters (IPA included) drawn with this seed.
+PHONEME_SEED = 1234
+KOKORO_REPO_ID = "hexgrad/Kokoro-82M"
+PEAK_MATMUL_N = 8192
+
+
+# ------------------------------------------------------------------- inputs
+
+
+def phoneme_string(n: int, vocab: Mapping[str, int]) -> str:
+    """n phoneme characters: seeded words of vocab letters separated by spaces, ending in '.'."""
+    letters = sorted(c for c in vocab if c.isalpha())
+    rng = np.random.default_rng(PHONEME_SEED)
+    words: list[str] = []
+    while sum(len(w) + 1 for w in words) < n:
+        words.append("".join(rng.choice(letters, int(rng.integers(2, 7)))))
+    return (" ".join(words)[: n - 1] + ".").replace(" .", "a.")
+
+
+@dataclass
+class Utterance:
+    case: str
+    phonemes: int
+    ids: np.ndarray  # int64 [n + 2]
+    ref_s: np.ndarray  # float32 [256]
+
+
+def make_utterance(case: str, n: int, config: ModelConfig, voice: np.ndarray) -> Utterance:
+    ids = phonemes_to_ids(phoneme_string(n, config.vocab), config.vocab, config.max_phonemes)
+    # The official pipeline picks the voice pack row by phoneme count.
+    return Utterance(case, n, ids, np.ascontiguousarray(voice[n - 1, 0], dtype=np.float32))
+
+
+# -------------------------------------------------------------------- FLOPs
+
+
+def generator_flops(config: ModelConfig, frames: int) -> float:
+    """2 x MACs of every conv / transposed conv of decoder.generator for `frames` frames.
+
+    The generator's input runs at 2 frames per frame (the decoder upsamples
+    once); stage i upsamples by rates[i]; the last stage is reflection-padded
+    by one sample. Conv1d weights are [Cout, Cin/g, K] (MACs: product x output
+    length); ConvTranspose1d weights [Cin, Cout/g, K] (product x input length).
+    """
+    rates = [int(r) for r in config.istftnet["upsample_rates"]]
+    n_kernels = len(config.istftnet["resblock_kernel_sizes"])
+    lengths = []  # per stage, after upsampling (and padding)
+    length = 2 * frames
+    for i, rate in enumerate(rates):
+        length *= rate
+        lengths.append(length + (1 if i == len(rates) - 1 else 0))
+    stage_in = [2 * frames * math.prod(rates[:i]) for i in range(len(rates))]
+    prefix = "decoder.generator."
+    macs = 0
+    for name, shape in folded_layout(config).items():
+        if not (name.startswith(prefix) and name.endswith(".weight") and len(shape) == 3):
+            continue
+        parts = name[len(prefix) :].split(".")
+        kind, weight_macs = parts[0], math.prod(shape)
+        if kind == "ups":
+            macs += weight_macs * stage_in[int(parts[1])]
+        elif kind == "resblocks":
+            macs += weight_macs * lengths[int(parts[1]) // n_kernels]
+        elif kind in ("noise_convs", "noise_res"):
+            macs += weight_macs * lengths[int(parts[1])]
+        elif kind == "conv_post":
+            macs += weight_macs * lengths[-1]
+        else:
+            raise ValueError(f"generator_flops: no length rule for {name}")
+    return 2.0 * macs
+
+
+# ------------------------------------------------------------------- timing
+
+
+def time_calls(fn: Callable[[], Any], warmup: int, repeats: int, sync: Callable[[], None]) -> list[float]:
+    """Seconds per call of fn, each bracketed by sync(), after `warmup` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def _no_sync() -> None:
+    return None
+
+
+@dataclass
+class Row:
+    impl: str
+    precision: str
+    case: str
+    phonemes: int
+    frames: int | None = None
+    audio_s: float | None = None
+    median_ms: float | None = None
+    min_ms: float | None = None
+    x_realtime: float | None = None
+    speedup: float | None = None
+    mem_mb: float | None = None
+    mem_source: str = "n/a"
+    gen_tflops: float | None = None
+    gen_peak_pct: float | None = None
+    gen_timing: str = ""
+    note: str = ""
+    times_ms: list[float] = field(default_factory=list)
+
+    def fill_times(self, times: list[float]) -> None:
+        self.times_ms = [t * 1e3 for t in times]
+        self.median_ms = statistics.median(self.times_ms)
+        self.min_ms = min(self.times_ms)
+        if self.audio_s:
+            self.x_realtime = self.audio_s / (self.median_ms / 1e3)
+
+
+# ------------------------------------------------------------ torch helpers
+
+
+def import_torch() -> Any | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def measure_peaks(torch: Any) -> dict[str, float]:
+    """Matrix-product rates (TFLOP/s) on this GPU: fp32 (no TF32), tf32, bf16; random operands."""
+    n = PEAK_MATMUL_N
+    peaks: dict[str, float] = {}
+    saved = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for label, dtype, tf32 in (
+            ("fp32", torch.float32, False),
+            ("tf32", torch.float32, True),
+            ("bf16", torch.bfloat16, False),
+        ):
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            a = torch.randn(n, n, device="cuda", dtype=dtype)
+            b = torch.randn(n, n, device="cuda", dtype=dtype)
+            times = time_calls(lambda a=a, b=b: torch.mm(a, b), 2, 5, torch.cuda.synchronize)
+            peaks[label] = 2.0 * n**3 / statistics.median(times) / 1e12
+            del a, b
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+    torch.cuda.empty_cache()
+    return peaks
+
+
+def device_used_bytes(torch: Any | None) -> int | None:
+    """Device-wide memory in use (cudaMemGetInfo through torch), or None."""
+    if torch is None or not torch.cuda.is_available():
+        return None
+    free, total = torch.cuda.mem_get_info()
+    return int(total - free)
+
+
+def _stub_misaki() -> None:
+    """kokoro/__init__ imports misaki's G2P, unused here: stand-ins whose every public name is a class."""
+
+    def placeholder(name: str) -> type:
+        if name.startswith("_"):  # module protocol names (__file__, __path__) stay missing
+            raise AttributeError(name)
+        return type(name, (), {})
+
+    misaki = types.ModuleType("misaki")
+    for sub in ("en", "espeak"):
+        module = types.ModuleType(f"misaki.{sub}")
+        module.__getattr__ = placeholder  # type: ignore[method-assign]
+        sys.modules.setdefault(f"misaki.{sub}", module)
+        setattr(misaki, sub, sys.modules[f"misaki.{sub}"])
+    sys.modules.setdefault("misaki", misaki)
+
+
+def build_torch_model(
+    torch: Any, config: ModelConfig, ckpt: Mapping[str, Mapping[str, np.ndarray]], device: str = "cuda"
+) -> Any:
+    """The official KModel on `device` with the checkpoint's weights, every tensor checked loaded."""
+    _stub_misaki()
+    from kokoro.model import KModel
+
+    state = {top: {k: torch.from_numpy(np.array(v)) for k, v in sd.items()} for top, sd in ckpt.items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kokoro-random.pth"
+        torch.save(state, path)
+        with warnings.catch_warnings():  # its deprecated weight_norm, LSTM dropout with one layer
+            warnings.simplefilter("ignore")
+            model = KModel(repo_id=KOKORO_REPO_ID, config=dict(config.raw), model=str(path))
+    # KModel falls back to load_state_dict(strict=False): check every tensor arrived.
+    for top, sd in state.items():
+        loaded = getattr(model, top).state_dict()
+        for key, value in sd.items():
+            name = key.removeprefix("module.")
+            if name not in loaded or not torch.equal(loaded[name].cpu(), value):
+                raise RuntimeError(f"PyTorch KModel did not load {top}.{key}")
+    return model.to(device).eval()
+
+
+class GeneratorTimer:
+    """CUDA events around every decoder.generator forward of a torch model."""
+
+    def __init__(self, torch: Any, model: Any) -> None:
+        self._torch = torch
+        self._pending: list[tuple[Any, Any]] = []
+        gen = model.decoder.generator
+        gen.register_forward_pre_hook(self._start)
+        gen.register_forward_hook(self._stop)
+
+    def _start(self, *_: Any) -> None:
+        event = self._torch.cuda.Event(enable_timing=True)
+        event.record()
+        self._pending.append((event, None))
+
+    def _stop(self, *_: Any) -> None:
+        event = self._torch.cuda.Event(enable_timing=True)
+        event.record()
+        self._pending[-1] = (self._pending[-1][0], event)
+
+    def reset(self) -> None:
+        self._pending.clear()
+
+    def median_s(self) -> float | None:
+        self._torch.cuda.synchronize()
+        times = [a.elapsed_time(b) / 1e3 for a, b in self._pending if b is not None]
+        return statistics.median(times) if times else None
+
+
+# ---------------------------------------------------------------- the runs
+
+
+def run_ours(
+    args: argparse.Namespace,
+    config: ModelConfig,
+    weights: dict[str, np.ndarray],
+    utterances: list[Utterance],
+    precision: str,
+    torch: Any | None,
+) -> list[Row]:
+    used0 = device_used_bytes(torch) if args.device == "cuda" else None
+    backend = backends.create_backend(args.device, config, weights, precision)
+    engine = getattr(backend, "_engine", None)
+    sync = torch.cuda.synchronize if used0 is not None else _no_sync
+    rows = []
+    for utt in utterances:
+        row = Row("kokoro_gpu", precision, utt.case, utt.phonemes)
+
+        def call(u: Utterance = utt) -> tuple[np.ndarray, np.ndarray]:
+            return backend.forward(u.ids, u.ref_s, 1.0, deterministic=True, seed=0)
+
+        audio, durations = call()
+        row.frames, row.audio_s = int(np.sum(durations)), len(audio) / SAMPLE_RATE
+        row.fill_times(time_calls(call, args.warmup, args.repeats, sync))
+        if engine is not None and hasattr(engine, "weight_bytes") and hasattr(engine, "workspace_bytes"):
+            row.mem_mb = (engine.weight_bytes + engine.workspace_bytes) / 2**20
+            row.mem_source = "engine weights+workspace"
+        elif used0 is not None:
+            row.mem_mb = (device_used_bytes(torch) - used0) / 2**20
+            row.mem_source = "cudaMemGetInfo delta"
+        row.gen_timing = "whole fwd"
+        rows.append(row)
+    rows.extend(run_ours_batch(args, backend, utterances, precision, sync))
+    return rows
+
+
+def run_ours_batch(
+    args: argparse.Namespace,
+    backend: Any,
+    utterances: list[Utterance],
+    precision: str,
+    sync: Callable[[], None],
+) -> list[Row]:
+    """The throughput case: args.batch_size medium utterances through backend.forward_batch."""
+    if BATCH_CASE not in args.cases:
+        return []
+    medium = next((u for u in utterances if u.case == "medium"), None)
+    row = Row("kokoro_gpu", precision, f"{BATCH_CASE} x{args.batch_size} medium", CASES["medium"])
+    forward_batch = getattr(backend, "forward_batch", None)
+    if forward_batch is None or medium is None:
+        row.note = (
+            "not available: the backend has no forward_batch"
+            if forward_batch is None
+            else ("needs the medium case")
+        )
+        return [row]
+    ids = [medium.ids] * args.batch_size
+    styles = [medium.ref_s] * args.batch_size
+
+    def call() -> list[tuple[np.ndarray, np.ndarray]]:
+        return forward_batch(ids, styles, 1.0, deterministic=True, seed=0)
+
+    outputs = call()
+    row.frames = int(sum(int(np.sum(d)) for _, d in outputs))
+    row.audio_s = sum(len(a) for a, _ in outputs) / SAMPLE_RATE
+    row.fill_times(time_calls(call, args.warmup, args.repeats, sync))
+    row.gen_timing = "whole fwd"
+    return [row]
+
+
+def run_torch(
+    args: argparse.Namespace,
+    torch: Any,
+    config: ModelConfig,
+    ckpt: Mapping[str, Mapping[str, np.ndarray]],
+    utterances: list[Utterance],
+) -> list[Row]:
+    model = build_torch_model(torch, config, ckpt)
+    timer = GeneratorTimer(torch, model)
+    rows = []
+    for utt in utterances:
+        row = Row("pytorch", "fp32 (defaults)", utt.case, utt.phonemes)
+        ids = torch.from_numpy(utt.ids)[None].to("cuda")
+        ref_s = torch.from_numpy(utt.ref_s)[None].to("cuda")
+
+        def call(ids: Any = ids, ref_s: Any = ref_s) -> tuple[Any, Any]:
+            with torch.no_grad():
+                return model.forward_with_tokens(ids, ref_s, 1.0)
+
+        audio, durations = call()
+        row.frames, row.audio_s = int(durations.sum()), audio.numel() / SAMPLE_RATE
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        timer.reset()
+        row.fill_times(time_calls(call, args.warmup, args.repeats, torch.cuda.synchronize))
+        row.mem_mb = torch.cuda.max_memory_allocated() / 2**20
+        row.mem_source = "torch max_memory_allocated"
+        gen_s = timer.median_s()
+        if gen_s:
+            row.gen_timing = "generator events"
+            row.note = f"generator {gen_s * 1e3:.2f} ms"
+            row.gen_tflops = generator_flops(config, row.frames) / gen_s / 1e12
+        rows.append(row)
+    if BATCH_CASE in args.cases:
+        rows.append(
+            Row(
+                "pytorch",
+                "fp32 (defaults)",
+                f"{BATCH_CASE} x{args.batch_size} medium",
+                CASES["medium"],
+                note="not available: KModel.forward_with_tokens is batch 1",
+            )
+        )
+    return rows
+
+
+def finish_rows(rows: list[Row], config: ModelConfig, peaks: dict[str, float], torch_tf32: bool) -> None:
+    """Speedups over PyTorch (same case), generator rates and their share of the matching peak."""
+    torch_ms = {r.case: r.median_ms for r in rows if r.impl == "pytorch" and r.median_ms}
+    for r in rows:
+        if r.impl != "pytorch" and r.case in torch_ms and r.median_ms:
+            r.speedup = torch_ms[r.case] / r.median_ms
+        if r.gen_tflops is None and r.frames and r.median_ms:
+            r.gen_tflops = generator_flops(config, r.frames) / (r.median_ms / 1e3) / 1e12
+        if r.impl == "pytorch":
+            peak_key = "tf32" if torch_tf32 else "fp32"
+        else:
+            peak_key = "fp32" if r.precision == "fp32" else "bf16"
+        if r.gen_tflops is not None and peak_key in peaks:
+            r.gen_peak_pct = 100.0 * r.gen_tflops / peaks[peak_key]
+            r.gen_timing = f"{r.gen_timing}, vs {peak_key} peak"
+
+
+# -------------------------------------------------------------- LSTM probe
+
+
+def lstm_probe(args: argparse.Namespace) -> list[dict[str, Any]] | None:
+    """Per-step time of ops.lstm_bidirectional through the op binding, for H 256 and 257.
+
+    H 256 is the model's size (the cluster path on sm_90); H 257 is no cluster
+    size, so it times the fallback kernel (the one-block-per-direction kernel
+    that was the only path before) at about the same work. A binding call
+    uploads its inputs, runs the op and downloads [T, 2H]; albert_embeddings
+    with a [178, 2H] table moves the same output and almost no input, so
+    (lstm - embeddings) over T, fitted by least squares, is the device time per
+    step (the input GEMM, ~5 MFLOP a step, rides along).
+    """
+    try:
+        from kokoro_gpu import _native
+    except ImportError:
+        return None
+    if not hasattr(_native, "ops") or _native.cuda_status().get("device_count", 0) == 0:
+        return None
+    ops = _native.ops
+    rng = np.random.default_rng(0)
+    d_in, repeats = 16, max(args.repeats, 10)
+    results = []
+    for hidden in (256, 257):
+        w_ih = rng.uniform(-1, 1, (2, 4 * hidden, d_in)).astype(np.float32) / 16
+        w_hh = rng.uniform(-1, 1, (2, 4 * hidden, hidden)).astype(np.float32) / 16
+        b = rng.uniform(-1, 1, (2, 4 * hidden)).astype(np.float32) / 16
+        table = rng.standard_normal((178, 2 * hidden)).astype(np.float32)
+        points = []
+        for t_len in (50, 500, 1500):
+            x = rng.standard_normal((t_len, d_in)).astype(np.float32)
+            ids = rng.integers(0, 178, t_len).astype(np.int32)
+
+            def lstm(
+                x: np.ndarray = x, w_ih: np.ndarray = w_ih, w_hh: np.ndarray = w_hh, b: np.ndarray = b
+            ) -> np.ndarray:
+                return ops.lstm_bidirectional(x, w_ih, w_hh, b)
+
+            def transfer(ids: np.ndarray = ids, table: np.ndarray = table) -> np.ndarray:
+                return ops.albert_embeddings(ids, table)
+
+            t_lstm = statistics.median(time_calls(lstm, args.warmup + 2, repeats, _no_sync))
+            t_base = statistics.median(time_calls(transfer, args.warmup + 2, repeats, _no_sync))
+            points.append({"T": t_len, "lstm_ms": t_lstm * 1e3, "baseline_ms": t_base * 1e3})
+        steps = np.array([p["T"] for p in points], dtype=np.float64)
+        net = np.array([p["lstm_ms"] - p["baseline_ms"] for p in points]) * 1e3
+        slope, intercept = np.polyfit(steps, net, 1)
+        results.append({"hidden": hidden, "points": points, "us_per_step": slope, "fixed_us": intercept})
+    return results
+
+
+# ------------------------------------------------------------------ output
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+COLUMNS = (
+    "impl",
+    "precision",
+    "case",
+    "phon",
+    "frames",
+    "audio s",
+    "median ms",
+    "min ms",
+    "x RT",
+    "speedup",
+    "GPU mem MB",
+    "gen TFLOP/s",
+    "% peak",
+    "notes",
+)
+
+
+def table_cells(r: Row) -> list[str]:
+    notes = "; ".join(s for s in (r.mem_source if r.mem_mb is not None else "", r.gen_timing, r.note) if s)
+    return [
+        r.impl,
+        r.precision,
+        r.case,
+        str(r.phonemes),
+        _fmt(r.frames, "d"),
+        _fmt(r.audio_s, ".2f"),
+        _fmt(r.median_ms, ".2f"),
+        _fmt(r.min_ms, ".2f"),
+        _fmt(r.x_realtime, ".1f"),
+        _fmt(r.speedup, ".1f") + ("x" if r.speedup else ""),
+        _fmt(r.mem_mb, ".0f"),
+        _fmt(r.gen_tflops, ".2f"),
+        _fmt(r.gen_peak_pct, ".0f"),
+        notes,
+    ]
+
+
+def render_text(rows: list[Row]) -> str:
+    cells = [list(COLUMNS)] + [table_cells(r) for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]
+    lines = ["  ".join(c[i].ljust(widths[i]) for i in range(len(COLUMNS))).rstrip() for c in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def render_markdown(rows: list[Row], meta: dict[str, Any]) -> str:
+    head = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
+    body = "".join("| " + " | ".join(table_cells(r)) + " |\n" for r in rows)
+    facts = "".join(f"- {k}: {v}\n" for k, v in meta.items() if k != "lstm")
+    for probe in meta.get("lstm") or []:
+        facts += f"- lstm_bidirectional H={probe['hidden']}: {probe['us_per_step']:.2f} us per step\n"
+    return f"# kokoro_gpu benchmark\n\n{head}{body}\n{facts}"
+
+
+# -------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument(
+        "--cases",
+        default="short,medium,long,batch",
+        help=f"comma-separated subset of {', '.join([*CASES, BATCH_CASE])}",
+    )
+    p.add_argument(
+        "--precision",
+        default="all",
+        help=f"comma-separated kokoro_gpu precisions, or 'all' ({', '.join(backends.PRECISIONS)})",
+    )
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0, help="random checkpoint and voice seed")
+    p.add_argument("--no-torch", action="store_true", help="skip the official PyTorch implementation")
+    p.add_argument("--lstm", action="store_true", help="also time lstm_bidirectional per step (CUDA)")
+    p.add_argument("--json", type=Path, help="write rows and facts as JSON here")
+    p.add_argument("--md", type=Path, help="write the table as Markdown here")
+    args = p.parse_args(argv)
+    args.cases = [c for c in re.split(r"[,\s]+", args.cases) if c]
+    unknown = [c for c in args.cases if c not in CASES and c != BATCH_CASE]
+    if unknown:
+        p.error(f"unknown case(s) {unknown}")
+    if BATCH_CASE in args.cases and "medium" not in args.cases:
+        args.cases.insert(0, "medium")
+    args.precision = list(backends.PRECISIONS) if args.precision == "all" else args.precision.split(",")
+    if args.repeats < 1 or args.warmup < 0:
+        p.error("--repeats must be >= 1 and --warmup >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    config = ModelConfig.load()
+    ckpt = random_checkpoint(config, args.seed)
+    weights = fold_official(ckpt, config, source="random checkpoint")
+    voice = random_voice_pack(args.seed)
+    utterances = [make_utterance(c, n, config, voice) for c, n in CASES.items() if c in args.cases]
+
+    torch = import_torch() if args.device == "cuda" else None
+    if torch is not None and not torch.cuda.is_available():
+        torch = None
+    meta: dict[str, Any] = {
+        "device": args.device,
+        "seed": args.seed,
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "batch_size": args.batch_size,
+        "backend_info": {k: v for k, v in backends.backend_info().items() if k != "devices"},
+    }
+    peaks: dict[str, float] = {}
+    torch_tf32 = False
+    if torch is not None:
+        torch.cuda.init()
+        meta["gpu"] = torch.cuda.get_device_name()
+        peaks = measure_peaks(torch)
+        meta["peak_tflops"] = {k: round(v, 1) for k, v in peaks.items()}
+        torch_tf32 = bool(torch.backends.cudnn.allow_tf32)
+        meta["torch"] = {
+            "version": torch.__version__,
+            "cudnn.allow_tf32": torch_tf32,
+            "cuda.matmul.allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        }
+    meta["issue_torch_ms"] = ISSUE_TORCH_MS
+
+    if args.lstm and args.device == "cuda":
+        meta["lstm"] = lstm_probe(args)
+    rows: list[Row] = []
+    for precision in args.precision:
+        try:
+            rows.extend(run_ours(args, config, weights, utterances, precision, torch))
+        except Exception as e:  # report and go on: the other rows still mean something
+            traceback.print_exc()
+            rows.append(Row("kokoro_gpu", precision, "all", 0, note=f"failed: {type(e).__name__}: {e}"))
+    if not args.no_torch:
+        if torch is None:
+            meta["pytorch"] = "skipped: torch with CUDA not importable here"
+        else:
+            try:
+                rows.extend(run_torch(args, torch, config, ckpt, utterances))
+            except Exception as e:
+                traceback.print_exc()
+                meta["pytorch"] = f"failed: {type(e).__name__}: {e}"
+    finish_rows(rows, config, peaks, torch_tf32)
+
+    print(render_text(rows))
+    for key in ("gpu", "peak_tflops", "torch", "pytorch"):
+        if key in meta:
+            print(f"{key}: {meta[key]}")
+    for probe in meta.get("lstm") or []:
+        pts = ", ".join(
+            f"T={p['T']}: {p['lstm_ms']:.2f} ms (transfer {p['baseline_ms']:.2f})" for p in probe["points"]
+        )
+        print(
+            f"lstm_bidirectional H={probe['hidden']}: {probe['us_per_step']:.2f} us/step "
+            f"(+{probe['fixed_us']:.0f} us fixed); {pts}"
+        )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(
+            json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1, default=str),
+            encoding="utf-8",
+        )
+    if args.md:
+        args.md.parent.mkdir(parents=True, exist_ok=True)
+        args.md.write_text(render_markdown(rows, meta), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
