@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from kokoro_gpu import ops as ref
+from kokoro_gpu.backends import cuda_state
 
 SHORT_REDUCTION_TOL = 1e-5  # up to ~1000 terms per output
 LONG_REDUCTION_TOL = 3e-5  # longer reductions (e.g. 1090 channels x 3 taps)
@@ -29,13 +30,10 @@ POINTWISE_TOL = 1e-6
 
 
 def _load_native_ops() -> Any:
-    native = pytest.importorskip("kokoro_gpu._native", reason="kokoro_gpu._native is not built")
-    if not hasattr(native, "ops"):
-        pytest.skip("kokoro_gpu._native has no ops submodule", allow_module_level=True)
-    status = native.cuda_status()
-    if status.get("device_count", 0) == 0:
-        pytest.skip(f"no usable GPU: {status.get('message')}", allow_module_level=True)
-    return native.ops
+    state = cuda_state()
+    if not state.usable:
+        pytest.skip(f"CUDA unavailable: {state.reason}", allow_module_level=True)
+    return state.native.ops
 
 
 gpu = _load_native_ops()
