@@ -5,7 +5,8 @@ directory), loads the checkpoint into folded float32 weights, and builds the
 backend for the requested device; ``synthesize`` turns text (or phonemes) and
 a voice into 24 kHz audio with word timestamps, chunking long input at
 sentence and clause boundaries; ``stream`` yields the chunks as they are
-made. The module-level ``synthesize`` does the same on a cached model.
+made; ``synthesize_batch`` runs many phoneme inputs in one backend call
+(concurrently on the CUDA engine). The module-level ``synthesize`` does the same on a cached model.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import logging
 import math
 import re
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +38,9 @@ logger = logging.getLogger("kokoro_gpu")
 DEFAULT_MODEL = "hexgrad/Kokoro-82M"
 DEFAULT_VOICE = "af_heart"
 VoiceSpec = str | Path | np.ndarray
+# synthesize_batch input: phonemes, or a dict with "phonemes" and optional "voice", "speed", "seed".
+BatchInput = str | Mapping[str, Any]
+_BATCH_KEYS = frozenset({"phonemes", "voice", "speed", "seed"})
 # Official voice names start with the language code, then f/m for the gender: "af_heart".
 _OFFICIAL_VOICE_NAME = re.compile(r"[abefhijpz][fm]_")
 
@@ -230,30 +235,90 @@ class KokoroTTS:
         offset = 0.0
         made = 0
         for chunk in chunks:
-            result = self._synthesize_phonemes(
-                chunk.phonemes, pack, speed, deterministic, None if seed is None else seed + made
+            input_ids, ref_s = self._model_inputs(chunk.phonemes, pack)
+            chunk_seed = None if seed is None else seed + made
+            audio, durations = self.backend.forward(
+                input_ids, ref_s, speed, deterministic=deterministic, seed=chunk_seed
             )
-            result.words = word_timestamps(
-                chunk.words, chunk.phonemes, result.durations, self.config.vocab, offset
-            )
-            result.text = chunk.text
+            result = self._chunk_result(chunk, audio, durations, offset)
             offset += result.seconds
             made += 1
             yield result
         if not made:
             raise InputError("the text yields no phonemes to speak; pass words, or phonemes=...")
 
-    def _synthesize_phonemes(
-        self, phonemes: str, pack: np.ndarray, speed: float, deterministic: bool, seed: int | None
-    ) -> SynthesisResult:
+    def _model_inputs(self, phonemes: str, pack: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         input_ids = phonemes_to_ids(phonemes, self.config.vocab, self.config.max_phonemes)
-        ref_s = style_for(pack, phonemes)
-        audio, durations = self.backend.forward(
-            input_ids, ref_s, speed, deterministic=deterministic, seed=seed
+        return input_ids, style_for(pack, phonemes)
+
+    def _chunk_result(
+        self, chunk: Chunk, audio: np.ndarray, durations: np.ndarray, offset: float
+    ) -> SynthesisResult:
+        result = SynthesisResult(
+            audio=audio, sample_rate=self.sample_rate, durations=durations, phonemes=chunk.phonemes
         )
-        return SynthesisResult(
-            audio=audio, sample_rate=self.sample_rate, durations=durations, phonemes=phonemes
-        )
+        result.words = word_timestamps(chunk.words, chunk.phonemes, durations, self.config.vocab, offset)
+        result.text = chunk.text
+        return result
+
+    def synthesize_batch(
+        self,
+        inputs: Sequence[BatchInput],
+        *,
+        voice: VoiceSpec = DEFAULT_VOICE,
+        speed: float = 1.0,
+        deterministic: bool = False,
+        seed: int | None = None,
+    ) -> list[SynthesisResult]:
+        """Many phoneme inputs in one backend call (concurrent on CUDA) -> one result per input.
+
+        Each input is a phoneme string, or a dict with ``"phonemes"`` and
+        optionally ``"voice"``, ``"speed"`` and ``"seed"`` overriding the
+        call's. Result ``i`` equals ``synthesize(phonemes=..., voice=...,
+        speed=..., deterministic=deterministic, seed=seed_i)``, where
+        ``seed_i`` is the input's ``"seed"``, else ``seed + i`` when ``seed``
+        is given, else fresh; inputs longer than one chunk are split and
+        joined as ``synthesize`` does.
+        """
+        if isinstance(inputs, (str, Mapping)):
+            raise InputError("synthesize_batch takes a list of inputs; use synthesize for one")
+        limit = min(MAX_PHONEMES, self.config.max_phonemes)
+        packs: dict[str, np.ndarray] = {}
+        items: list[tuple[np.ndarray, np.ndarray, float, int | None]] = []
+        owners: list[tuple[int, Chunk]] = []
+        for i, spec in enumerate(inputs):
+            phonemes, spec_voice, spec_speed, spec_seed = self._batch_input(spec, i, voice, speed, seed)
+            key = spec_voice if isinstance(spec_voice, (str, Path)) else f"array:{id(spec_voice)}"
+            pack = packs.setdefault(str(key), self.voices.load(spec_voice))
+            for j, chunk in enumerate(_phoneme_chunks(phonemes, limit)):
+                input_ids, ref_s = self._model_inputs(chunk.phonemes, pack)
+                items.append((input_ids, ref_s, spec_speed, None if spec_seed is None else spec_seed + j))
+                owners.append((i, chunk))
+        outputs = self.backend.forward_batch(items, deterministic=deterministic)
+        per_input: list[list[SynthesisResult]] = [[] for _ in inputs]
+        for (i, chunk), (audio, durations) in zip(owners, outputs, strict=True):
+            offset = sum(r.seconds for r in per_input[i])
+            per_input[i].append(self._chunk_result(chunk, audio, durations, offset))
+        return [parts[0] if len(parts) == 1 else _join(parts, self.sample_rate) for parts in per_input]
+
+    @staticmethod
+    def _batch_input(
+        spec: BatchInput, index: int, voice: VoiceSpec, speed: float, seed: int | None
+    ) -> tuple[str, VoiceSpec, float, int | None]:
+        """One synthesize_batch input as (phonemes, voice, speed, seed), checked."""
+        fields: Mapping[str, Any] = {"phonemes": spec} if isinstance(spec, str) else spec
+        if not isinstance(fields, Mapping) or "phonemes" not in fields:
+            raise InputError(f"batch input {index} must be a phoneme string or a dict with 'phonemes'")
+        unknown = set(fields) - _BATCH_KEYS
+        if unknown:
+            raise InputError(
+                f"batch input {index} has unknown keys {sorted(unknown)}; use {sorted(_BATCH_KEYS)}"
+            )
+        phonemes = fields["phonemes"]
+        if not isinstance(phonemes, str) or not phonemes.strip():
+            raise InputError(f"batch input {index}: phonemes must be a non-empty str")
+        own_seed = fields.get("seed", None if seed is None else seed + index)
+        return phonemes, fields.get("voice", voice), check_speed(fields.get("speed", speed)), own_seed
 
 
 @functools.lru_cache(maxsize=1)

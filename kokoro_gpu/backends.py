@@ -5,6 +5,14 @@ durations). The CPU backend is the NumPy model in ``kokoro_gpu.model``; the CUDA
 backend drives the native engine (``kokoro_gpu._native``), which holds the
 weights on the GPU and runs the whole forward pass there in one call.
 
+Precision: ``"fp32"`` everywhere; ``"fast"`` runs the CUDA engine's GEMMs
+after the durations (text encoder, decoder, generator) on TF32 tensor cores
+with fp32 accumulation, keeping the duration path, the F0/N predictor, LSTM
+recurrences, norms, the source and the STFTs in fp32 (durations identical,
+audio within about 1e-2 of fp32). The CPU backend has no fast mode: it maps
+``"fast"`` to ``"fp32"`` (and reports ``precision == "fp32"``), so that
+``device="auto"`` works with either precision.
+
 Device selection: ``"cpu"``; ``"cuda"`` (a :class:`BackendError` saying why when
 CUDA cannot be used); ``"auto"`` (CUDA when usable, else the CPU backend with
 one logged warning saying why). :func:`backend_info` reports what was found.
@@ -16,6 +24,7 @@ import importlib
 import importlib.util
 import logging
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Protocol
@@ -28,7 +37,9 @@ from .errors import BackendError, InputError
 logger = logging.getLogger("kokoro_gpu")
 
 DEVICES = ("auto", "cpu", "cuda")
-PRECISIONS = ("fp32",)
+PRECISIONS = ("fp32", "fast")
+# One utterance of a batch: token ids int64 [T], style [256], speed, seed (None: fresh).
+BatchItem = tuple[np.ndarray, np.ndarray, float, int | None]
 # The oldest GPU generation the native engine is compiled for (Ampere).
 MIN_COMPUTE_CAPABILITY = (8, 0)
 _NATIVE_MODULE = f"{__package__}._native"
@@ -56,16 +67,26 @@ class Backend(Protocol):
         """
         ...
 
+    def forward_batch(
+        self, items: Sequence[BatchItem], *, deterministic: bool
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Many utterances in one call; result ``i`` equals ``forward`` of item ``i`` with its seed."""
+        ...
+
 
 class CPUBackend:
-    """The NumPy forward pass, float32."""
+    """The NumPy forward pass, float32 (``precision="fast"`` maps to ``"fp32"``)."""
 
     device = "cpu"
 
     def __init__(self, config: ModelConfig, weights: dict[str, np.ndarray], precision: str = "fp32") -> None:
         from .model.kmodel import KModelCPU
 
-        self.precision = precision
+        if precision not in PRECISIONS:
+            raise InputError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+        if precision == "fast":
+            logger.info("kokoro_gpu: the CPU backend has no fast precision; running fp32")
+        self.precision = "fp32"
         self._model = KModelCPU(config, weights, dtype=np.float32)
 
     def forward(
@@ -80,6 +101,14 @@ class CPUBackend:
     ) -> tuple[np.ndarray, np.ndarray]:
         rng = None if deterministic else np.random.default_rng(seed)
         return self._model.forward_with_tokens(input_ids, ref_s, speed, rng=rng, trace=trace)
+
+    def forward_batch(
+        self, items: Sequence[BatchItem], *, deterministic: bool
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [
+            self.forward(ids, ref_s, speed, deterministic=deterministic, seed=seed)
+            for ids, ref_s, speed, seed in items
+        ]
 
 
 # ------------------------------------------------------------------ CUDA state
@@ -207,8 +236,15 @@ def _engine_config(config: ModelConfig) -> dict[str, Any]:
     }
 
 
+def _engine_seed(deterministic: bool, seed: int | None) -> int:
+    """The engine's 64-bit seed: 0 when deterministic (unused), fresh when None."""
+    if deterministic:
+        return 0
+    return (secrets.randbits(64) if seed is None else int(seed)) % 2**64
+
+
 class CUDABackend:
-    """The native engine on one GPU: weights uploaded once, one call per utterance, float32."""
+    """The native engine on one GPU: weights uploaded once, one call per utterance (or batch)."""
 
     device = "cuda"
 
@@ -227,7 +263,7 @@ class CUDABackend:
         self.precision = precision
         self.device_index = state.device_index
         self.device_name = next(d["name"] for d in state.devices if d["index"] == state.device_index)
-        self._engine = state.native.Engine(_engine_config(config), weights, state.device_index)
+        self._engine = state.native.Engine(_engine_config(config), weights, state.device_index, precision)
 
     def forward(
         self,
@@ -239,18 +275,35 @@ class CUDABackend:
         seed: int | None,
         trace: dict[str, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        ids = np.ascontiguousarray(np.asarray(input_ids).reshape(-1), dtype=np.int64)
-        style = np.ascontiguousarray(np.asarray(ref_s).reshape(-1), dtype=np.float32)
-        if deterministic:
-            seed = 0
-        elif seed is None:
-            seed = secrets.randbits(64)
         audio, durations, intermediates = self._engine.forward(
-            ids, style, float(speed), deterministic, int(seed) % 2**64, trace is not None
+            _ids(input_ids),
+            _style(ref_s),
+            float(speed),
+            deterministic,
+            _engine_seed(deterministic, seed),
+            trace is not None,
         )
         if trace is not None:
             trace.update(intermediates)
         return audio, durations
+
+    def forward_batch(
+        self, items: Sequence[BatchItem], *, deterministic: bool
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The utterances run concurrently on the engine's lanes (streams with their own workspaces)."""
+        engine_items = [
+            (_ids(ids), _style(ref_s), float(speed), _engine_seed(deterministic, seed))
+            for ids, ref_s, speed, seed in items
+        ]
+        return [tuple(pair) for pair in self._engine.forward_batch(engine_items, deterministic)]
+
+
+def _ids(input_ids: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(input_ids).reshape(-1), dtype=np.int64)
+
+
+def _style(ref_s: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(ref_s).reshape(-1), dtype=np.float32)
 
 
 # -------------------------------------------------------------------- selection

@@ -32,6 +32,6 @@ def phonemes_to_ids(phonemes: str, vocab: dict[str, int], max_phonemes: int) -> 
     if len(ids) > max_phonemes:
         raise InputError(
             f"{len(ids)} phonemes exceed the model's limit of {max_phonemes}; "
-            "split the input or pass text=... for automatic chunking"
+            "KokoroTTS.synthesize splits longer input into chunks"
         )
     return np.array([0, *ids, 0], dtype=np.int64)

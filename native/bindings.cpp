@@ -1,7 +1,9 @@
 // kokoro_gpu._native: the pybind11 module of the CUDA engine.
-// - Engine(config, weights, device): uploads the folded weights (a dict of
-//   float32 arrays) to GPU `device`; forward(...) runs one utterance with the
-//   GIL released and returns (audio, durations, trace or None).
+// - Engine(config, weights, device, precision): uploads the folded weights
+//   (a dict of float32 arrays) to GPU `device`; forward(...) runs one
+//   utterance with the GIL released and returns (audio, durations, trace or
+//   None); forward_batch(...) runs a list of utterances concurrently and
+//   returns a list of (audio, durations).
 // - cuda_status() / devices(): raw facts about the driver, runtime and GPUs;
 //   kokoro_gpu.backends turns them into backend_info() and its messages.
 // - C++ errors become kokoro_gpu.errors exceptions: CudaError -> BackendError,
@@ -50,8 +52,15 @@ kokoro::ModelConfig config_from_dict(const py::dict& d) {
 
 using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
+kokoro::Precision precision_from_name(const std::string& name) {
+    if (name == "fp32") return kokoro::Precision::kFp32;
+    if (name == "fast") return kokoro::Precision::kFast;
+    throw kokoro::InvalidInput("unknown precision '" + name + "'; use fp32 or fast");
+}
+
 std::unique_ptr<kokoro::Engine> make_engine(const py::dict& config, const py::dict& weights,
-                                            int device) {
+                                            int device, const std::string& precision) {
+    const kokoro::Precision mode = precision_from_name(precision);
     // Keep the float32 views alive while the engine copies them to the GPU.
     std::vector<FloatArray> arrays;
     arrays.reserve(weights.size());
@@ -65,24 +74,35 @@ std::unique_ptr<kokoro::Engine> make_engine(const py::dict& config, const py::di
     }
     const kokoro::ModelConfig cfg = config_from_dict(config);
     py::gil_scoped_release release;
-    return std::make_unique<kokoro::Engine>(cfg, host, device);
+    return std::make_unique<kokoro::Engine>(cfg, host, device, mode);
 }
 
-py::tuple engine_forward(kokoro::Engine& engine,
-                         const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& ids,
-                         const FloatArray& ref_s, float speed, bool deterministic, uint64_t seed,
-                         bool trace) {
+using IdArray = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+
+kokoro::Utterance utterance(const IdArray& ids, const FloatArray& ref_s, float speed,
+                            bool deterministic, uint64_t seed) {
+    return {ids.data(), static_cast<int>(ids.size()), ref_s.data(), static_cast<int>(ref_s.size()),
+            speed,      deterministic,                 seed};
+}
+
+py::tuple audio_and_durations(const kokoro::ForwardResult& result) {
+    py::array_t<float> audio(static_cast<py::ssize_t>(result.audio.size()), result.audio.data());
+    py::array_t<int64_t> durations(static_cast<py::ssize_t>(result.durations.size()),
+                                   result.durations.data());
+    return py::make_tuple(audio, durations);
+}
+
+py::tuple engine_forward(kokoro::Engine& engine, const IdArray& ids, const FloatArray& ref_s,
+                         float speed, bool deterministic, uint64_t seed, bool trace) {
     kokoro::Trace host_trace;
     kokoro::ForwardResult result;
     {
         py::gil_scoped_release release;
-        result = engine.forward(ids.data(), static_cast<int>(ids.size()), ref_s.data(),
-                                static_cast<int>(ref_s.size()), speed, deterministic, seed,
+        result = engine.forward(utterance(ids, ref_s, speed, deterministic, seed),
                                 trace ? &host_trace : nullptr);
     }
-    py::array_t<float> audio(static_cast<py::ssize_t>(result.audio.size()), result.audio.data());
-    py::array_t<int64_t> durations(static_cast<py::ssize_t>(result.durations.size()),
-                                   result.durations.data());
+    const py::tuple pair = audio_and_durations(result);
+    py::object audio = pair[0], durations = pair[1];
     if (!trace) return py::make_tuple(audio, durations, py::none());
     py::dict out;
     for (const auto& [key, array] : host_trace.floats) {
@@ -95,6 +115,32 @@ py::tuple engine_forward(kokoro::Engine& engine,
             py::array_t<int64_t>(static_cast<py::ssize_t>(values.size()), values.data());
     }
     return py::make_tuple(audio, durations, out);
+}
+
+// items: a list of (ids, ref_s, speed, seed); one `deterministic` for all.
+py::list engine_forward_batch(kokoro::Engine& engine, const py::list& items, bool deterministic) {
+    std::vector<IdArray> ids;  // the converted arrays outlive the call
+    std::vector<FloatArray> styles;
+    std::vector<kokoro::Utterance> utterances;
+    ids.reserve(items.size());
+    styles.reserve(items.size());
+    for (const py::handle& item : items) {
+        const py::tuple t = item.cast<py::tuple>();
+        if (t.size() != 4) throw py::value_error("forward_batch items are (ids, ref_s, speed, seed)");
+        ids.push_back(IdArray::ensure(t[0]));
+        styles.push_back(FloatArray::ensure(t[1]));
+        if (!ids.back() || !styles.back()) throw py::type_error("ids and ref_s must be arrays");
+        utterances.push_back(utterance(ids.back(), styles.back(), t[2].cast<float>(), deterministic,
+                                       t[3].cast<uint64_t>()));
+    }
+    std::vector<kokoro::ForwardResult> results;
+    {
+        py::gil_scoped_release release;
+        results = engine.forward_batch(utterances);
+    }
+    py::list out;
+    for (const kokoro::ForwardResult& r : results) out.append(audio_and_durations(r));
+    return out;
 }
 
 // Driver and runtime versions and the device count, with the error of the
@@ -165,12 +211,17 @@ PYBIND11_MODULE(_native, m) {
 
     py::class_<kokoro::Engine>(m, "Engine")
         .def(py::init(&make_engine), py::arg("config"), py::arg("weights"), py::arg("device") = 0,
+             py::arg("precision") = "fp32",
              "Upload folded float32 weights to GPU `device` for the model of `config` (config.json "
-             "fields).")
+             "fields); precision 'fp32' or 'fast' (TF32 GEMMs past the durations).")
         .def("forward", &engine_forward, py::arg("input_ids"), py::arg("ref_s"), py::arg("speed"),
              py::arg("deterministic"), py::arg("seed"), py::arg("trace") = false,
              "ids int64 [T], ref_s float32 [256] -> (audio float32, durations int64, trace dict or "
              "None).")
+        .def("forward_batch", &engine_forward_batch, py::arg("items"), py::arg("deterministic"),
+             "[(ids int64 [T], ref_s float32 [256], speed, seed)] -> [(audio, durations)], run "
+             "concurrently on several lanes; each equals forward() of the same item.")
+        .def_property_readonly("max_lanes", [](const kokoro::Engine&) { return kokoro::Engine::kMaxLanes; })
         .def_property_readonly("device", &kokoro::Engine::device)
         .def_property_readonly("weight_bytes", &kokoro::Engine::weight_bytes)
         .def_property_readonly("workspace_bytes", &kokoro::Engine::workspace_bytes);

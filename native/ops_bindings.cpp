@@ -388,8 +388,10 @@ py::array_t<float> harmonic_source(const FloatArray& f0, int upp, const FloatArr
     DFloat df0 = DFloat::from(f0), dw = DFloat::from(lin_w), db = DFloat::from(lin_b);
     DFloat out = DFloat::poisoned(int64_t(Tf) * upp);
     DeviceArray<double> scratch(ops::harmonic_source_scratch_doubles(Tf, upp, n_harm));
+    DeviceArray<uint64_t> seed_dev = DeviceArray<uint64_t>::from(
+        py::array_t<uint64_t>(py::ssize_t(1), std::vector<uint64_t>{seed.value_or(0)}.data()));
     ops::harmonic_source(df0.get(), Tf, upp, n_harm, sample_rate, sine_amp, noise_std,
-                         voiced_threshold, dw.get(), db.get(), !seed.has_value(), seed.value_or(0),
+                         voiced_threshold, dw.get(), db.get(), !seed.has_value(), seed_dev.get(),
                          out.get(), scratch.get(), stream());
     return out.download({py::ssize_t(Tf) * upp});
 }

@@ -18,8 +18,11 @@ import pytest
 
 import kokoro_gpu
 from kokoro_gpu import backends
+from kokoro_gpu.backends import CPUBackend
+from kokoro_gpu.checkpoint import fold_official
 from kokoro_gpu.config import ModelConfig
 from kokoro_gpu.errors import BackendError, InputError
+from kokoro_gpu.random_weights import random_checkpoint
 
 H200 = {
     "index": 0,
@@ -49,8 +52,10 @@ class FakeEngine:
 
     calls: ClassVar[list[dict[str, Any]]] = []
 
-    def __init__(self, config: dict[str, Any], weights: dict[str, np.ndarray], device: int) -> None:
-        self.config, self.device = config, device
+    def __init__(
+        self, config: dict[str, Any], weights: dict[str, np.ndarray], device: int, precision: str = "fp32"
+    ) -> None:
+        self.config, self.device, self.precision = config, device, precision
 
     def forward(
         self, ids: np.ndarray, ref_s: np.ndarray, speed: float, deterministic: bool, seed: int, trace: bool
@@ -234,3 +239,23 @@ def test_backend_info_on_this_machine() -> None:
     if not info["cuda_available"]:
         assert isinstance(info["reason"], str) and info["reason"]
         assert info["device_index"] is None
+
+
+def test_fast_precision_reaches_the_engine(monkeypatch: pytest.MonkeyPatch, config: ModelConfig) -> None:
+    use_native(monkeypatch, fake_native(OK_STATUS, [H200]))
+    backend = backends.create_backend("cuda", config, {}, precision="fast")
+    assert backend.precision == "fast" and backend._engine.precision == "fast"
+
+
+def test_cpu_backend_maps_fast_to_fp32(config: ModelConfig) -> None:
+    """The CPU backend has no fast mode: "fast" runs (and reports) fp32, bit for bit."""
+    weights = fold_official(random_checkpoint(config, 0), config)
+    fast, exact = CPUBackend(config, weights, "fast"), CPUBackend(config, weights, "fp32")
+    assert fast.precision == "fp32"
+    ids, ref_s = np.array([0, 5, 17, 43, 9, 0]), np.full(256, 0.1, dtype=np.float32)
+    got, got_dur = fast.forward(ids, ref_s, 1.0, deterministic=True, seed=None)
+    want, want_dur = exact.forward(ids, ref_s, 1.0, deterministic=True, seed=None)
+    np.testing.assert_array_equal(got_dur, want_dur)
+    assert got.tobytes() == want.tobytes()
+    with pytest.raises(InputError, match="unknown precision"):
+        CPUBackend(config, weights, "bf16")

@@ -1,25 +1,35 @@
-"""The CUDA engine end to end: parity with the CPU backend, determinism, seeds, errors, backend_info.
+"""The CUDA engine end to end: parity with the CPU backend, determinism, seeds, errors, backend_info;
+precision="fast", CUDA-graph replays and batches.
 
 Runs on full-size random weights (kokoro_gpu.random_weights, folded), shaped so
 that the comparison means something: voiced F0 (100..250 Hz) and durations
 that vary per token; the phase-input channels of the generator's noise
 convolutions are zeroed, since STFT phases of near-silent bins are rounding
 noise in any float32 implementation and would dominate the audio difference.
+Fast mode (TF32 GEMMs past the durations) must give durations identical to
+fp32 and audio within 3e-2 of the CPU float32 reference. The first call of a
+shape runs uncaptured, the second captures a graph, later ones replay it: all
+bit-identical in deterministic mode, and a replay takes its call's seed.
+forward_batch and KokoroTTS.synthesize_batch equal one-by-one synthesis.
 Skipped as a whole when no usable GPU (or no native engine) is present; the
-CPU-side parts of backend_info are covered in test_backends.py.
+CPU-side parts of backend_info (and of precision) are covered in test_backends.py.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kokoro_gpu import backend_info
+from kokoro_gpu.api import KokoroTTS
 from kokoro_gpu.backends import CPUBackend, CUDABackend, create_backend, cuda_state
 from kokoro_gpu.checkpoint import fold_official
 from kokoro_gpu.config import SAMPLES_PER_FRAME, ModelConfig
 from kokoro_gpu.errors import BackendError, CheckpointError, InputError
 from kokoro_gpu.random_weights import random_checkpoint, random_voice_pack
+from kokoro_gpu.voices import VoiceStore
 
 _CUDA = cuda_state()
 pytestmark = pytest.mark.skipif(not _CUDA.usable, reason=f"CUDA unavailable: {_CUDA.reason}")
@@ -45,6 +55,7 @@ TIGHT_KEYS = (
 # per second (times the harmonic number); conv_post and the audio inherit it.
 LOOSE_TOL = {"har_source": 1e-2, "gen_post": 1e-2, "audio": 2e-2}
 N_BINS = 11  # n_fft / 2 + 1: the magnitude half of the source STFT
+FAST_AUDIO_TOL = 3e-2
 
 
 def full_size_weights(config: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
@@ -210,3 +221,110 @@ def test_backend_info_on_a_gpu_machine() -> None:
     assert dev["total_memory_bytes"] > 2**30
     for key in ("driver_version", "runtime_version"):
         assert isinstance(info[key], str) and "." in info[key]
+
+
+# ------------------------------------------------- fast precision, graphs, batches
+
+
+@pytest.fixture(scope="module")
+def fast(config: ModelConfig, weights: dict[str, np.ndarray]) -> CUDABackend:
+    backend = create_backend("cuda", config, weights, "fast")
+    assert isinstance(backend, CUDABackend) and backend.precision == "fast"
+    return backend
+
+
+@pytest.mark.parametrize(("n_phonemes", "seed"), [(12, 10), (64, 11), (200, 12), (480, 13)])
+def test_fast_durations_equal_fp32(
+    config: ModelConfig, gpu: CUDABackend, fast: CUDABackend, n_phonemes: int, seed: int
+) -> None:
+    ids, ref_s = random_inputs(config, n_phonemes, seed)
+    for speed in (0.8, 1.0, 1.3):
+        _, want = gpu.forward(ids, ref_s, speed, deterministic=True, seed=None)
+        _, got = fast.forward(ids, ref_s, speed, deterministic=True, seed=None)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_fast_audio_close_to_cpu_reference(
+    config: ModelConfig, weights: dict[str, np.ndarray], gpu: CUDABackend, fast: CUDABackend
+) -> None:
+    ids, ref_s = random_inputs(config, 48, seed=3)
+    cpu_audio, cpu_dur = CPUBackend(config, weights).forward(ids, ref_s, 1.0, deterministic=True, seed=None)
+    audio, dur = fast.forward(ids, ref_s, 1.0, deterministic=True, seed=None)
+    fp32_audio, _ = gpu.forward(ids, ref_s, 1.0, deterministic=True, seed=None)
+    np.testing.assert_array_equal(dur, cpu_dur)
+    err_fast, err_fp32 = rel_error(audio, cpu_audio), rel_error(fp32_audio, cpu_audio)
+    print(f"\naudio vs CPU fp32, max|d|/max|ref|: fast {err_fast:.3e}, fp32 {err_fp32:.3e}")
+    assert err_fast < FAST_AUDIO_TOL
+    assert audio.tobytes() != fp32_audio.tobytes(), "fast mode should use other GEMMs"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fast"])
+def test_graph_replay_is_bit_identical(
+    config: ModelConfig, weights: dict[str, np.ndarray], precision: str
+) -> None:
+    backend = create_backend("cuda", config, weights, precision)
+    ids, ref_s = random_inputs(config, 37, seed=21)
+    # First sight (uncaptured), capture, replay, replay after another shape.
+    runs = [backend.forward(ids, ref_s, 1.0, deterministic=True, seed=None) for _ in range(3)]
+    other_ids, _ = random_inputs(config, 90, seed=22)
+    backend.forward(other_ids, ref_s, 1.0, deterministic=True, seed=None)
+    runs.append(backend.forward(ids, ref_s, 1.0, deterministic=True, seed=None))
+    for audio, dur in runs[1:]:
+        assert audio.tobytes() == runs[0][0].tobytes()
+        np.testing.assert_array_equal(dur, runs[0][1])
+    # A trace forces the uncaptured path: the replay equals it.
+    traced, _ = backend.forward(ids, ref_s, 1.0, deterministic=True, seed=None, trace={})
+    assert traced.tobytes() == runs[0][0].tobytes()
+
+    # Stochastic: replays take each call's seed.
+    for _ in range(2):  # first sight, capture
+        backend.forward(ids, ref_s, 1.0, deterministic=False, seed=5)
+    replay_a, _ = backend.forward(ids, ref_s, 1.0, deterministic=False, seed=6)
+    replay_b, _ = backend.forward(ids, ref_s, 1.0, deterministic=False, seed=7)
+    eager_a, _ = backend.forward(ids, ref_s, 1.0, deterministic=False, seed=6, trace={})
+    assert replay_a.tobytes() == eager_a.tobytes()
+    assert replay_a.tobytes() != replay_b.tobytes()
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_forward_batch_equals_one_by_one(config: ModelConfig, fast: CUDABackend, deterministic: bool) -> None:
+    sizes = [5, 140, 33, 300, 33, 77, 12, 210, 64]
+    items = []
+    for i, n in enumerate(sizes):
+        ids, ref_s = random_inputs(config, n, seed=100 + i)
+        items.append((ids, ref_s, 1.0 + 0.05 * i, 1000 + i))
+    batch = fast.forward_batch(items, deterministic=deterministic)
+    assert len(batch) == len(items)
+    for (ids, ref_s, speed, seed), (audio, dur) in zip(items, batch, strict=True):
+        want_audio, want_dur = fast.forward(ids, ref_s, speed, deterministic=deterministic, seed=seed)
+        np.testing.assert_array_equal(dur, want_dur)
+        assert audio.tobytes() == want_audio.tobytes()
+    assert fast.forward_batch([], deterministic=True) == []
+
+
+def test_synthesize_batch_equals_synthesize(fast: CUDABackend, config: ModelConfig, tmp_path: Path) -> None:
+    voices = tmp_path / "voices"
+    voices.mkdir()
+    np.save(voices / "af_test.npy", random_voice_pack(1))
+    np.save(voices / "bf_test.npy", random_voice_pack(2))
+    tts = KokoroTTS(config, fast, VoiceStore(voices, None))
+    inputs = [
+        "helo world",
+        {"phonemes": "the kwik brawn foks", "voice": "bf_test", "speed": 1.2},
+        {"phonemes": "jumps over the lazi dok " * 30, "seed": 77},  # several chunks
+    ]
+    results = tts.synthesize_batch(inputs, voice="af_test", seed=40)
+    want = [
+        tts.synthesize(phonemes="helo world", voice="af_test", seed=40),
+        tts.synthesize(phonemes="the kwik brawn foks", voice="bf_test", speed=1.2, seed=41),
+        tts.synthesize(phonemes="jumps over the lazi dok " * 30, voice="af_test", seed=77),
+    ]
+    for got, exp in zip(results, want, strict=True):
+        assert got.audio.tobytes() == exp.audio.tobytes()
+        np.testing.assert_array_equal(got.durations, exp.durations)
+        assert got.phonemes == exp.phonemes
+        assert [(w.word, w.start, w.end) for w in got.words] == [(w.word, w.start, w.end) for w in exp.words]
+    with pytest.raises(InputError, match="phonemes"):
+        tts.synthesize_batch([{"voice": "af_test"}])
+    with pytest.raises(InputError, match="list"):
+        tts.synthesize_batch("helo")  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out) {
     const int inter = cfg.bert_intermediate;
     const std::string layer = kLayer;
 
-    float* embedded = ctx.ws.floats("albert.embedded", int64_t(T) * emb);
+    float* embedded = ctx.floats("albert.embedded", int64_t(T) * emb);
     const float* word = ctx.w("bert.embeddings.word_embeddings.weight", int64_t(cfg.n_token) * emb);
     const float* pos =
         ctx.w("bert.embeddings.position_embeddings.weight", int64_t(cfg.bert_positions) * emb);
@@ -32,11 +32,11 @@ void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out) {
     float* h = out;  // [T, hid], updated in place layer by layer
     ctx.linear("bert.encoder.embedding_hidden_mapping_in", embedded, h, T, emb, hid);
 
-    float* q = ctx.ws.floats("albert.q", int64_t(T) * hid);
-    float* k = ctx.ws.floats("albert.k", int64_t(T) * hid);
-    float* v = ctx.ws.floats("albert.v", int64_t(T) * hid);
-    float* attended = ctx.ws.floats("albert.attended", int64_t(T) * hid);
-    float* ffn = ctx.ws.floats("albert.ffn", int64_t(T) * inter);
+    float* q = ctx.floats("albert.q", int64_t(T) * hid);
+    float* k = ctx.floats("albert.k", int64_t(T) * hid);
+    float* v = ctx.floats("albert.v", int64_t(T) * hid);
+    float* attended = ctx.floats("albert.attended", int64_t(T) * hid);
+    float* ffn = ctx.floats("albert.ffn", int64_t(T) * inter);
     const float* attn_ln_w = ctx.w(layer + ".attention.LayerNorm.weight", hid);
     const float* attn_ln_b = ctx.w(layer + ".attention.LayerNorm.bias", hid);
     const float* full_ln_w = ctx.w(layer + ".full_layer_layer_norm.weight", hid);

@@ -21,34 +21,33 @@ constexpr int kDecodeBlocks = 4;
 void adain_res_blk1d(const Context& ctx, const std::string& prefix, const float* x, int c_in,
                      int c_out, int T, bool upsample, float* out) {
     const int t_out = upsample ? 2 * T : T;
-    Workspace& ws = ctx.ws;
 
     // Residual: AdaIN + LeakyReLU, [depthwise x2 upsampler], conv, AdaIN + LeakyReLU, conv.
-    float* normed = ws.floats("block.normed", int64_t(c_in) * T);
+    float* normed = ctx.floats("block.normed", int64_t(c_in) * T);
     ops::adain(x, normed, c_in, T, ctx.style(prefix + ".norm1.fc", c_in),
                ops::Activation::kLeakyRelu, kLeakySlope, nullptr, ctx.stream);
     const float* conv1_in = normed;
     if (upsample) {
-        float* pooled = ws.floats("block.pooled", int64_t(c_in) * t_out);
+        float* pooled = ctx.floats("block.pooled", int64_t(c_in) * t_out);
         ctx.conv_transpose1d(prefix + ".pool", normed, pooled, c_in, c_in, T, 3, 2, 1, 1, c_in);
         conv1_in = pooled;
     }
-    float* hidden = ws.floats("block.hidden", int64_t(c_out) * t_out);
+    float* hidden = ctx.floats("block.hidden", int64_t(c_out) * t_out);
     ctx.conv1d(prefix + ".conv1", conv1_in, hidden, c_in, c_out, t_out, 3, 1, 1, 1, 1, true);
     ops::adain(hidden, hidden, c_out, t_out, ctx.style(prefix + ".norm2.fc", c_out),
                ops::Activation::kLeakyRelu, kLeakySlope, nullptr, ctx.stream);
-    float* residual = ws.floats("block.residual", int64_t(c_out) * t_out);
+    float* residual = ctx.floats("block.residual", int64_t(c_out) * t_out);
     ctx.conv1d(prefix + ".conv2", hidden, residual, c_out, c_out, t_out, 3, 1, 1, 1, 1, true);
 
     // Shortcut: [nearest x2] -> [1x1 conv when the channel count changes].
     const float* shortcut = x;
     if (upsample) {
-        float* upsampled = ws.floats("block.upsampled", int64_t(c_in) * t_out);
+        float* upsampled = ctx.floats("block.upsampled", int64_t(c_in) * t_out);
         ops::upsample_nearest(x, upsampled, c_in, T, 2, ctx.stream);
         shortcut = upsampled;
     }
     if (c_in != c_out) {
-        float* projected = ws.floats("block.shortcut", int64_t(c_out) * t_out);
+        float* projected = ctx.floats("block.shortcut", int64_t(c_out) * t_out);
         ctx.conv1d(prefix + ".conv1x1", shortcut, projected, c_in, c_out, t_out, 1, 1, 0, 1, 1,
                    false);
         shortcut = projected;
@@ -64,7 +63,7 @@ void decoder_forward(const Context& ctx, const float* t_en, const int32_t* frame
     const int cat_rows = kEncodeChannels + side_rows;
 
     // encode input [asr; F0 down; N down], asr = t_en @ alignment.
-    float* encode_in = ctx.ws.floats("decoder.encode_in", int64_t(hid + 2) * F);
+    float* encode_in = ctx.floats("decoder.encode_in", int64_t(hid + 2) * F);
     ops::expand_frames(t_en, frame_token, encode_in, hid, T, F, ctx.stream);
     ctx.record("asr", encode_in, {hid, F});
     float* f0_down = encode_in + int64_t(hid) * F;
@@ -72,8 +71,8 @@ void decoder_forward(const Context& ctx, const float* t_en, const int32_t* frame
     ctx.conv1d("decoder.F0_conv", f0, f0_down, 1, 1, 2 * F, 3, 2, 1, 1, 1, true);
     ctx.conv1d("decoder.N_conv", n, n_down, 1, 1, 2 * F, 3, 2, 1, 1, 1, true);
 
-    float* cat[2] = {ctx.ws.floats("decoder.cat_a", int64_t(cat_rows) * F),
-                     ctx.ws.floats("decoder.cat_b", int64_t(cat_rows) * F)};
+    float* cat[2] = {ctx.floats("decoder.cat_a", int64_t(cat_rows) * F),
+                     ctx.floats("decoder.cat_b", int64_t(cat_rows) * F)};
     adain_res_blk1d(ctx, "decoder.encode", encode_in, hid + 2, kEncodeChannels, F, false, cat[0]);
     float* side = cat[0] + int64_t(kEncodeChannels) * F;
     ctx.conv1d("decoder.asr_res.0", encode_in, side, hid, kAsrResChannels, F, 1, 1, 0, 1, 1, true);

@@ -5,18 +5,37 @@
 //   are stacked per direction with b_ih + b_hh folded (summed in double, as
 //   the CPU backend does); the style projections fc of each style half are
 //   concatenated so one GEMV per half computes every AdaIN style vector.
-// - Workspace: named buffers reused across calls; a buffer grows (after the
-//   stream drains) only when a longer input needs more.
-// - Forward: everything is enqueued on the engine's stream; the durations
-//   are the one read-back mid-pass (they size the frame axis), the audio the
-//   other at the end. A trace copies intermediates out only when asked for.
+// - Workspace: named buffers reused across calls; a buffer grows only when a
+//   longer input needs more (the old one is freed after the lane drains).
+// - Lane: two streams with their cuBLAS handles and events, a workspace and
+//   the graph caches. A forward pass has two phases around the one mid-pass
+//   read-back (the durations size the frame axis):
+//     tokens: [text encoder on the side stream] || style projections, ALBERT,
+//             bert_encoder, duration encoder, duration head -> logits;
+//     (uncaptured: durations from the logits and the speed, read back)
+//     frames: alignment, shared LSTM, F0 stack || N stack, then
+//             [harmonic source + STFT on the side stream] || decoder, then
+//             the generator; the audio is read back.
+//   Each phase runs as a CUDA graph replay once its key has been seen
+//   before (tokens: T; frames: T, F, deterministic); the seed reaches the
+//   source through device memory, so replays take a new one. A graph is
+//   stale once the workspace generation has moved on (a buffer it uses was
+//   replaced) and is then captured again. A trace runs everything uncaptured.
+// - Engine: the weights and up to kMaxLanes lanes; forward() uses lane 0,
+//   forward_batch() one host thread per lane, pulling utterances in turn.
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <deque>
+#include <exception>
+#include <list>
 #include <regex>
 #include <set>
 #include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
 
 #include "kokoro/check.h"
 #include "kokoro/engine.h"
@@ -249,7 +268,7 @@ void DeviceFree::operator()(void* ptr) const noexcept {
 // ------------------------------------------------------------------ Workspace
 
 Workspace::~Workspace() {
-    static_cast<void>(cudaStreamSynchronize(stream_));  // teardown: nothing to report to
+    release_retired();
     for (auto& [slot, buffer] : buffers_) static_cast<void>(cudaFree(buffer.ptr));
 }
 
@@ -257,10 +276,10 @@ void* Workspace::get(const std::string& slot, size_t bytes) {
     Buffer& buffer = buffers_[slot];
     if (buffer.bytes < bytes) {
         if (buffer.ptr != nullptr) {
-            // Kernels already enqueued may still read the old buffer.
-            KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream_));
-            KOKORO_CUDA_CHECK(cudaFree(buffer.ptr));
+            // Work already enqueued (or captured) may still read the old buffer.
+            retired_.push_back(buffer.ptr);
             buffer = Buffer{};
+            ++generation_;
         }
         // 1/8 headroom so that slowly growing inputs do not reallocate each time.
         const size_t want = round_up(bytes + bytes / 8, 256);
@@ -268,6 +287,11 @@ void* Workspace::get(const std::string& slot, size_t bytes) {
         buffer.bytes = want;
     }
     return buffer.ptr;
+}
+
+void Workspace::release_retired() {
+    for (void* ptr : retired_) static_cast<void>(cudaFree(ptr));  // nothing uses them any more
+    retired_.clear();
 }
 
 float* Workspace::floats(const std::string& slot, int64_t count) {
@@ -285,6 +309,11 @@ double* Workspace::doubles(const std::string& slot, int64_t count) {
         get(slot, sizeof(double) * static_cast<size_t>(std::max<int64_t>(count, 1))));
 }
 
+uint64_t* Workspace::words(const std::string& slot, int64_t count) {
+    return static_cast<uint64_t*>(
+        get(slot, sizeof(uint64_t) * static_cast<size_t>(std::max<int64_t>(count, 1))));
+}
+
 size_t Workspace::bytes() const {
     size_t total = 0;
     for (const auto& [slot, buffer] : buffers_) total += buffer.bytes;
@@ -292,6 +321,11 @@ size_t Workspace::bytes() const {
 }
 
 // -------------------------------------------------------------------- Context
+
+void Context::wait_for(const Context& other) const {
+    KOKORO_CUDA_CHECK(cudaEventRecord(other.event, other.stream));
+    KOKORO_CUDA_CHECK(cudaStreamWaitEvent(stream, other.event, 0));
+}
 
 const float* Context::style(const std::string& fc_prefix, int channels) const {
     const DeviceWeights::StyleSlot& slot = weights.style_slot(fc_prefix);
@@ -321,9 +355,9 @@ void Context::conv1d(const std::string& prefix, const float* x, float* y, int c_
     const float* b = bias ? weights.get(prefix + ".bias", c_out) : nullptr;
     const int64_t scratch_floats =
         ops::conv1d_scratch_floats(c_in, t_in, kernel, stride, pad, dilation, groups);
-    float* scratch = scratch_floats > 0 ? ws.floats("ops.scratch", scratch_floats) : nullptr;
+    float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
     ops::conv1d(blas, x, w, b, y, c_in, c_out, t_in, kernel, stride, pad, dilation, groups,
-                residual, scratch, stream);
+                residual, scratch, stream, math);
 }
 
 void Context::conv_transpose1d(const std::string& prefix, const float* x, float* y, int c_in,
@@ -333,135 +367,263 @@ void Context::conv_transpose1d(const std::string& prefix, const float* x, float*
     const float* b = weights.get(prefix + ".bias", c_out);
     const int64_t scratch_floats =
         ops::conv_transpose1d_scratch_floats(c_in, c_out, t_in, kernel, groups);
-    float* scratch = scratch_floats > 0 ? ws.floats("ops.scratch", scratch_floats) : nullptr;
+    float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
     ops::conv_transpose1d(blas, x, w, b, y, c_in, c_out, t_in, kernel, stride, pad, output_padding,
-                          groups, scratch, stream);
+                          groups, scratch, stream, math);
 }
 
 void Context::linear(const std::string& prefix, const float* x, float* y, int rows, int in, int out,
                      float beta) const {
     ops::linear(blas, x, weights.get(prefix + ".weight", int64_t(out) * in),
-                weights.get(prefix + ".bias", out), y, rows, in, out, stream, beta);
+                weights.get(prefix + ".bias", out), y, rows, in, out, stream, beta, math);
 }
 
 void Context::lstm(const std::string& prefix, const float* x, float* out, int T) const {
     const DeviceWeights::Lstm l = weights.lstm(prefix);
-    float* scratch = ws.floats("ops.scratch", ops::lstm_scratch_floats(T, l.hidden));
+    float* scratch = floats("ops.scratch", ops::lstm_scratch_floats(T, l.hidden));
     ops::lstm_bidirectional(blas, x, l.w_ih, l.w_hh, l.b, out, T, l.in, l.hidden, scratch, stream);
 }
 
-// --------------------------------------------------------------------- Engine
+// ----------------------------------------------------------------------- Lane
 
-void Engine::StreamDeleter::operator()(cudaStream_t stream) const noexcept {
-    static_cast<void>(cudaStreamDestroy(stream));  // teardown: nothing to report to
-}
-void Engine::BlasDeleter::operator()(cublasHandle_t handle) const noexcept {
-    static_cast<void>(cublasDestroy(handle));
-}
+namespace {
 
-Engine::Engine(const ModelConfig& config, const HostWeights& weights, int device)
-    : cfg_(config), device_(device) {
-    KOKORO_CUDA_CHECK(cudaSetDevice(device_));
-    check_architecture(device_);
-    cudaStream_t stream = nullptr;
-    KOKORO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    stream_.reset(stream);
-    cublasHandle_t handle = nullptr;
-    KOKORO_CUBLAS_CHECK(cublasCreate(&handle));
-    blas_.reset(handle);
-    // Plain fp32 (no TF32), no atomics, one stream: cuBLAS then picks the
-    // same algorithms, hence the same bits, on every call.
-    KOKORO_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
-    KOKORO_CUBLAS_CHECK(cublasSetAtomicsMode(handle, CUBLAS_ATOMICS_NOT_ALLOWED));
-    KOKORO_CUBLAS_CHECK(cublasSetStream(handle, stream));
-    weights_ = std::make_unique<DeviceWeights>(weights, cfg_.style_dim);
-    workspace_ = std::make_unique<Workspace>(stream);
-    stft_ = std::make_unique<ops::Stft>(cfg_.n_fft, cfg_.hop);
-}
+struct StreamDeleter {
+    void operator()(cudaStream_t s) const noexcept { static_cast<void>(cudaStreamDestroy(s)); }
+};
+struct BlasDeleter {
+    void operator()(cublasHandle_t h) const noexcept { static_cast<void>(cublasDestroy(h)); }
+};
+struct EventDeleter {
+    void operator()(cudaEvent_t e) const noexcept { static_cast<void>(cudaEventDestroy(e)); }
+};
+struct GraphDeleter {
+    void operator()(cudaGraph_t g) const noexcept { static_cast<void>(cudaGraphDestroy(g)); }
+};
+struct GraphExecDeleter {
+    void operator()(cudaGraphExec_t g) const noexcept { static_cast<void>(cudaGraphExecDestroy(g)); }
+};
+template <typename Handle, typename Deleter>
+using Owned = std::unique_ptr<std::remove_pointer_t<Handle>, Deleter>;
 
-Engine::~Engine() {
-    if (stream_) static_cast<void>(cudaStreamSynchronize(stream_.get()));
-}
+constexpr size_t kGraphCacheEntries = 16;          // per phase and lane
+constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;  // cuBLAS's advice for Hopper
+constexpr int kStreams = 2;                         // main, side
 
-void Engine::check_inputs(const int64_t* ids, int T, int ref_len, float speed) const {
-    if (T < 1 || T > cfg_.bert_positions) {
-        throw InvalidInput("need 1.." + std::to_string(cfg_.bert_positions) + " token ids, got " +
-                           std::to_string(T));
-    }
-    for (int t = 0; t < T; ++t) {
-        if (ids[t] < 0 || ids[t] >= cfg_.n_token) {
-            throw InvalidInput("token ids must lie in [0, " + std::to_string(cfg_.n_token) + ")");
+// A captured phase: the executable graph, the workspace generation it was
+// captured at, and (frame phase) the STFT plans its cuFFT nodes use.
+struct CachedGraph {
+    Owned<cudaGraphExec_t, GraphExecDeleter> exec;
+    uint64_t generation = 0;
+    std::unique_ptr<ops::Stft> stft;
+};
+
+// Bounded LRU of CachedGraph by key. An entry without a graph marks a key
+// seen once.
+class GraphCache {
+public:
+    // The entry of `key`, made the most recent; null when the key is new
+    // (it is then noted, evicting the least recent entry when full).
+    CachedGraph* find_or_note(uint64_t key) {
+        auto it = index_.find(key);
+        if (it != index_.end()) {
+            order_.splice(order_.begin(), order_, it->second);
+            return &it->second->second;
         }
+        if (order_.size() == kGraphCacheEntries) {
+            index_.erase(order_.back().first);
+            order_.pop_back();
+        }
+        order_.emplace_front(key, CachedGraph{});
+        index_[key] = order_.begin();
+        return nullptr;
     }
-    if (ref_len != 2 * cfg_.style_dim) {
-        throw InvalidInput("ref_s must hold " + std::to_string(2 * cfg_.style_dim) +
-                           " values, got " + std::to_string(ref_len));
-    }
-    if (!(std::isfinite(speed) && speed > 0.f)) {
-        throw InvalidInput("speed must be a positive number, got " + std::to_string(speed));
+
+private:
+    using Entries = std::list<std::pair<uint64_t, CachedGraph>>;
+    Entries order_;
+    std::unordered_map<uint64_t, Entries::iterator> index_;
+};
+
+}  // namespace
+
+class Lane {
+public:
+    Lane(const ModelConfig& cfg, const DeviceWeights& weights, ops::GemmMath fast_math);
+    ~Lane();
+    Lane(const Lane&) = delete;
+    Lane& operator=(const Lane&) = delete;
+
+    ForwardResult run(const Utterance& u, Trace* trace);
+    size_t workspace_bytes() const { return ws_.bytes(); }
+
+private:
+    Context context(int stream, ops::GemmMath math, Trace* trace);
+    // Enqueues `body(stft)` on the main stream: a replay of the graph cached
+    // under `key`, else uncaptured on a key's first sight (or with a trace),
+    // else captured (after `prepare(entry)`) and launched.
+    template <typename Prepare, typename Body>
+    void run_phase(GraphCache& cache, uint64_t key, bool capture, Prepare&& prepare, Body&& body);
+
+    const ModelConfig& cfg_;
+    const DeviceWeights& weights_;
+    ops::GemmMath fast_math_;
+    // Declared in teardown order: later members go first.
+    Owned<cudaStream_t, StreamDeleter> streams_[kStreams];
+    std::unique_ptr<void, DeviceFree> blas_workspace_[kStreams];
+    Owned<cublasHandle_t, BlasDeleter> blas_[kStreams];
+    Owned<cudaEvent_t, EventDeleter> events_[kStreams];
+    Workspace ws_;
+    ops::Stft stft_;  // of uncaptured runs
+    GraphCache token_graphs_, frame_graphs_;
+    float* style_out_[2] = {nullptr, nullptr};  // fc(s) of each style bank
+};
+
+Lane::Lane(const ModelConfig& cfg, const DeviceWeights& weights, ops::GemmMath fast_math)
+    : cfg_(cfg), weights_(weights), fast_math_(fast_math), stft_(cfg.n_fft, cfg.hop) {
+    for (int i = 0; i < kStreams; ++i) {
+        cudaStream_t stream = nullptr;
+        KOKORO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        streams_[i].reset(stream);
+        cudaEvent_t event = nullptr;
+        KOKORO_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+        events_[i].reset(event);
+        cublasHandle_t handle = nullptr;
+        KOKORO_CUBLAS_CHECK(cublasCreate(&handle));
+        blas_[i].reset(handle);
+        // Default math (fp32 unless a call asks for TF32), no atomics, a
+        // workspace of its own (no allocation inside a graph capture): the
+        // same algorithms, hence the same bits, on every call.
+        KOKORO_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+        KOKORO_CUBLAS_CHECK(cublasSetAtomicsMode(handle, CUBLAS_ATOMICS_NOT_ALLOWED));
+        KOKORO_CUBLAS_CHECK(cublasSetStream(handle, stream));
+        blas_workspace_[i].reset(device_alloc(kBlasWorkspaceBytes, "the cuBLAS workspace"));
+        KOKORO_CUBLAS_CHECK(
+            cublasSetWorkspace(handle, blas_workspace_[i].get(), kBlasWorkspaceBytes));
     }
 }
 
-ForwardResult Engine::forward(const int64_t* ids, int T, const float* ref_s, int ref_len,
-                              float speed, bool deterministic, uint64_t seed, Trace* trace) {
-    check_inputs(ids, T, ref_len, speed);
-    const std::lock_guard<std::mutex> lock(forward_mutex_);
-    KOKORO_CUDA_CHECK(cudaSetDevice(device_));
-    cudaStream_t stream = stream_.get();
-    Workspace& ws = *workspace_;
+Lane::~Lane() {
+    for (auto& stream : streams_) static_cast<void>(cudaStreamSynchronize(stream.get()));
+}
+
+Context Lane::context(int stream, ops::GemmMath math, Trace* trace) {
+    return Context{cfg_,
+                   weights_,
+                   ws_,
+                   blas_[stream].get(),
+                   streams_[stream].get(),
+                   events_[stream].get(),
+                   {style_out_[0], style_out_[1]},
+                   trace,
+                   math,
+                   stream == 0 ? "" : ".side"};
+}
+
+template <typename Prepare, typename Body>
+void Lane::run_phase(GraphCache& cache, uint64_t key, bool capture, Prepare&& prepare,
+                     Body&& body) {
+    CachedGraph* entry = capture ? cache.find_or_note(key) : nullptr;
+    if (entry == nullptr) {
+        body(stft_);
+        return;
+    }
+    cudaStream_t main = streams_[0].get();
+    if (!entry->exec || entry->generation != ws_.generation()) {
+        entry->exec.reset();
+        prepare(*entry);
+        const uint64_t generation = ws_.generation();
+        KOKORO_CUDA_CHECK(cudaStreamBeginCapture(main, cudaStreamCaptureModeRelaxed));
+        cudaGraph_t graph = nullptr;
+        try {
+            body(entry->stft ? *entry->stft : stft_);
+        } catch (...) {
+            // Already failing: end the capture and report the first error.
+            if (cudaStreamEndCapture(main, &graph) == cudaSuccess && graph != nullptr)
+                static_cast<void>(cudaGraphDestroy(graph));
+            throw;
+        }
+        KOKORO_CUDA_CHECK(cudaStreamEndCapture(main, &graph));
+        const Owned<cudaGraph_t, GraphDeleter> owned(graph);
+        cudaGraphExec_t exec = nullptr;
+        KOKORO_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        entry->exec.reset(exec);
+        entry->generation = generation;
+    }
+    KOKORO_CUDA_CHECK(cudaGraphLaunch(entry->exec.get(), main));
+}
+
+ForwardResult Lane::run(const Utterance& u, Trace* trace) {
+    const int T = u.T;
     const int sd = cfg_.style_dim;
     const int hid = cfg_.hidden_dim;
     const int width = hid + sd;
+    cudaStream_t main = streams_[0].get();
+    const bool capture = trace == nullptr;
 
-    // Inputs: ids as int32, the style vector, and every style projection.
-    std::vector<int32_t> ids32(ids, ids + T);
-    int32_t* ids_dev = ws.ints("input.ids", T);
+    // Inputs (ids as int32, the style vector, the seed) and every buffer the
+    // two phases share, taken before any graph is looked up.
+    std::vector<int32_t> ids32(u.ids, u.ids + T);
+    int32_t* ids_dev = ws_.ints("input.ids", T);
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(ids_dev, ids32.data(), sizeof(int32_t) * T,
-                                      cudaMemcpyHostToDevice, stream));
-    float* style = ws.floats("input.ref_s", 2 * sd);
+                                      cudaMemcpyHostToDevice, main));
+    float* style = ws_.floats("input.ref_s", 2 * sd);
     KOKORO_CUDA_CHECK(
-        cudaMemcpyAsync(style, ref_s, sizeof(float) * 2 * sd, cudaMemcpyHostToDevice, stream));
-    Context ctx{cfg_, *weights_, ws, blas_.get(), stream, {nullptr, nullptr}, trace};
+        cudaMemcpyAsync(style, u.ref_s, sizeof(float) * 2 * sd, cudaMemcpyHostToDevice, main));
+    uint64_t* seed = ws_.words("input.seed", 1);
+    KOKORO_CUDA_CHECK(
+        cudaMemcpyAsync(seed, &u.seed, sizeof(uint64_t), cudaMemcpyHostToDevice, main));
     for (int half = 0; half < 2; ++half) {
-        const DeviceWeights::StyleBank& bank = weights_->style_bank(static_cast<StyleHalf>(half));
-        float* out = ws.floats(half ? "styles.prosody" : "styles.decoder", bank.rows);
-        if (bank.rows > 0) {
-            ops::linear(blas_.get(), style + half * sd, bank.weight, bank.bias, out, 1, sd,
-                        bank.rows, stream);
+        const DeviceWeights::StyleBank& bank = weights_.style_bank(static_cast<StyleHalf>(half));
+        style_out_[half] = ws_.floats(half ? "styles.prosody" : "styles.decoder", bank.rows);
+    }
+    float* bert = ws_.floats("engine.bert", int64_t(T) * cfg_.bert_hidden);
+    float* d_en_rows = ws_.floats("engine.d_en_rows", int64_t(T) * hid);
+    float* d = ws_.floats("engine.d", int64_t(T) * width);
+    float* dur_lstm = ws_.floats("engine.dur_lstm", int64_t(T) * hid);
+    float* logits = ws_.floats("engine.dur_logits", int64_t(T) * cfg_.max_dur);
+    float* t_en = ws_.floats("engine.t_en", int64_t(hid) * T);
+    int32_t* dur = ws_.ints("engine.durations", T);
+    const Context ctx = context(0, ops::GemmMath::kFp32, trace);
+    const Context side = context(1, fast_math_, trace);
+
+    // Token side: text encoder || styles, ALBERT, bert_encoder, duration encoder and head.
+    run_phase(token_graphs_, uint64_t(T), capture, [](CachedGraph&) {}, [&](ops::Stft&) {
+        side.wait_for(ctx);  // the inputs
+        text_encoder_forward(side, ids_dev, T, t_en);
+        for (int half = 0; half < 2; ++half) {
+            const DeviceWeights::StyleBank& bank =
+                weights_.style_bank(static_cast<StyleHalf>(half));
+            if (bank.rows > 0) {
+                ops::linear(ctx.blas, style + half * sd, bank.weight, bank.bias, style_out_[half],
+                            1, sd, bank.rows, main);
+            }
         }
-        ctx.style_out[half] = out;
-    }
+        albert_forward(ctx, ids_dev, T, bert);
+        ctx.record("bert", bert, {T, cfg_.bert_hidden});
+        ctx.linear("bert_encoder", bert, d_en_rows, T, cfg_.bert_hidden, hid);
+        if (trace != nullptr) {
+            float* d_en = ctx.floats("trace.d_en", int64_t(hid) * T);
+            ops::transpose(d_en_rows, d_en, T, hid, main);
+            ctx.record("d_en", d_en, {hid, T});
+        }
+        duration_encoder_forward(ctx, d_en_rows, style + sd, T, d);
+        ctx.record("d", d, {T, width});
+        duration_head_forward(ctx, d, T, dur_lstm, logits);
+        ctx.record("dur_lstm", dur_lstm, {T, hid});
+        ctx.wait_for(side);
+    });
 
-    // Text side: ALBERT, bert_encoder, duration encoder, durations.
-    float* bert = ws.floats("engine.bert", int64_t(T) * cfg_.bert_hidden);
-    albert_forward(ctx, ids_dev, T, bert);
-    ctx.record("bert", bert, {T, cfg_.bert_hidden});
-    float* d_en_rows = ws.floats("engine.d_en_rows", int64_t(T) * hid);
-    ctx.linear("bert_encoder", bert, d_en_rows, T, cfg_.bert_hidden, hid);
+    // The one mid-pass read-back: the durations (from the logits and the
+    // speed, uncaptured) size the frame axis.
+    ops::durations_from_logits(logits, T, cfg_.max_dur, u.speed, dur, main);
     if (trace != nullptr) {
-        float* d_en = ws.floats("trace.d_en", int64_t(hid) * T);
-        ops::transpose(d_en_rows, d_en, T, hid, stream);
-        ctx.record("d_en", d_en, {hid, T});
+        trace->floats["dur_float"] = durations_before_rounding(logits, T, cfg_.max_dur, u.speed, main);
     }
-    float* d = ws.floats("engine.d", int64_t(T) * width);
-    duration_encoder_forward(ctx, d_en_rows, style + sd, T, d);
-    ctx.record("d", d, {T, width});
-    float* dur_lstm = ws.floats("engine.dur_lstm", int64_t(T) * hid);
-    float* logits = ws.floats("engine.dur_logits", int64_t(T) * cfg_.max_dur);
-    duration_head_forward(ctx, d, T, dur_lstm, logits);
-    ctx.record("dur_lstm", dur_lstm, {T, hid});
-    int32_t* dur = ws.ints("engine.durations", T);
-    ops::durations_from_logits(logits, T, cfg_.max_dur, speed, dur, stream);
-    if (trace != nullptr) {
-        trace->floats["dur_float"] =
-            durations_before_rounding(logits, T, cfg_.max_dur, speed, stream);
-    }
-
-    // The one read-back: the durations size the frame axis.
     std::vector<int32_t> dur_host(T);
     KOKORO_CUDA_CHECK(
-        cudaMemcpyAsync(dur_host.data(), dur, sizeof(int32_t) * T, cudaMemcpyDeviceToHost, stream));
-    KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream));
+        cudaMemcpyAsync(dur_host.data(), dur, sizeof(int32_t) * T, cudaMemcpyDeviceToHost, main));
+    KOKORO_CUDA_CHECK(cudaStreamSynchronize(main));
     ForwardResult result;
     result.durations.assign(dur_host.begin(), dur_host.end());
     int64_t frames = 0;
@@ -475,35 +637,127 @@ ForwardResult Engine::forward(const int64_t* ids, int T, const float* ref_s, int
     const int F = static_cast<int>(frames);
     if (trace != nullptr) trace->ints["pred_dur"] = result.durations;
 
-    // Frame side: alignment, F0 and energy, text encoder, decoder, generator.
-    int32_t* frame_token = ws.ints("engine.frame_token", F);
-    ops::frame_token_index(dur, T, frame_token, stream);
-    float* d_t = ws.floats("engine.d_t", int64_t(width) * T);
-    ops::transpose(d, d_t, T, width, stream);
-    float* en = ws.floats("engine.en", int64_t(width) * F);
-    ops::expand_frames(d_t, frame_token, en, width, T, F, stream);
-    ctx.record("en", en, {width, F});
-    float* f0 = ws.floats("engine.f0", 2 * int64_t(F));
-    float* n = ws.floats("engine.n", 2 * int64_t(F));
-    f0n_forward(ctx, en, F, f0, n);
-    ctx.record("F0", f0, {2 * F});
-    ctx.record("N", n, {2 * F});
-
-    float* t_en = ws.floats("engine.t_en", int64_t(hid) * T);
-    text_encoder_forward(ctx, ids_dev, T, t_en);
-    ctx.record("t_en", t_en, {hid, T});
-    float* dec_out = ws.floats("engine.dec_out", int64_t(cfg_.upsample_initial_channel) * 2 * F);
-    decoder_forward(ctx, t_en, frame_token, T, F, f0, n, dec_out);
-
+    // Frame side: alignment, F0 || N, source + STFT || decoder, generator.
+    int32_t* frame_token = ws_.ints("engine.frame_token", F);
+    float* d_t = ws_.floats("engine.d_t", int64_t(width) * T);
+    float* en = ws_.floats("engine.en", int64_t(width) * F);
+    float* f0 = ws_.floats("engine.f0", 2 * int64_t(F));
+    float* n = ws_.floats("engine.n", 2 * int64_t(F));
+    float* dec_out = ws_.floats("engine.dec_out", int64_t(cfg_.upsample_initial_channel) * 2 * F);
     const int64_t samples = 2 * int64_t(F) * cfg_.source_upsampling();
-    float* audio = ws.floats("engine.audio", samples);
-    generator_forward(ctx, *stft_, dec_out, f0, F, deterministic, seed, audio);
+    float* audio = ws_.floats("engine.audio", samples);
+    const uint64_t frame_key = ((uint64_t(T) << 32 | uint64_t(F)) << 1) | uint64_t(u.deterministic);
+    const int spec_frames = generator_spec_frames(cfg_, F);
+    auto prepare = [&](CachedGraph& entry) {
+        if (!entry.stft) entry.stft = std::make_unique<ops::Stft>(cfg_.n_fft, cfg_.hop);
+        entry.stft->reserve(spec_frames, main);
+    };
+    run_phase(frame_graphs_, frame_key, capture, prepare, [&](ops::Stft& stft) {
+        ops::frame_token_index(dur, T, frame_token, main);
+        ops::transpose(d, d_t, T, width, main);
+        ops::expand_frames(d_t, frame_token, en, width, T, F, main);
+        ctx.record("en", en, {width, F});
+        f0n_forward(ctx, side.with_math(ops::GemmMath::kFp32), en, F, f0, n);
+        ctx.record("F0", f0, {2 * F});
+        ctx.record("N", n, {2 * F});
+        ctx.record("t_en", t_en, {hid, T});
+        side.wait_for(ctx);  // f0
+        const float* har = generator_source(side, stft, f0, F, u.deterministic, seed);
+        const Context fast = ctx.with_math(fast_math_);
+        decoder_forward(fast, t_en, frame_token, T, F, f0, n, dec_out);
+        fast.wait_for(side);  // har
+        generator_forward(fast, stft, dec_out, har, F, audio);
+    });
+
     result.audio.resize(static_cast<size_t>(samples));
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(result.audio.data(), audio, sizeof(float) * samples,
-                                      cudaMemcpyDeviceToHost, stream));
-    KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream));
+                                      cudaMemcpyDeviceToHost, main));
+    KOKORO_CUDA_CHECK(cudaStreamSynchronize(main));  // the side stream has joined main
+    ws_.release_retired();
     if (trace != nullptr) trace->floats["audio"] = {{samples}, result.audio};
     return result;
+}
+
+// --------------------------------------------------------------------- Engine
+
+Engine::Engine(const ModelConfig& config, const HostWeights& weights, int device,
+               Precision precision)
+    : cfg_(config), device_(device), precision_(precision) {
+    KOKORO_CUDA_CHECK(cudaSetDevice(device_));
+    check_architecture(device_);
+    weights_ = std::make_unique<DeviceWeights>(weights, cfg_.style_dim);
+    lane(0);
+}
+
+Engine::~Engine() = default;  // the lanes drain their streams
+
+Lane& Engine::lane(size_t index) {
+    const ops::GemmMath fast =
+        precision_ == Precision::kFast ? ops::GemmMath::kTf32 : ops::GemmMath::kFp32;
+    while (lanes_.size() <= index) lanes_.push_back(std::make_unique<Lane>(cfg_, *weights_, fast));
+    return *lanes_[index];
+}
+
+size_t Engine::workspace_bytes() const {
+    size_t total = 0;
+    for (const auto& l : lanes_) total += l->workspace_bytes();
+    return total;
+}
+
+void Engine::check_inputs(const Utterance& u) const {
+    if (u.T < 1 || u.T > cfg_.bert_positions) {
+        throw InvalidInput("need 1.." + std::to_string(cfg_.bert_positions) + " token ids, got " +
+                           std::to_string(u.T));
+    }
+    for (int t = 0; t < u.T; ++t) {
+        if (u.ids[t] < 0 || u.ids[t] >= cfg_.n_token) {
+            throw InvalidInput("token ids must lie in [0, " + std::to_string(cfg_.n_token) + ")");
+        }
+    }
+    if (u.ref_len != 2 * cfg_.style_dim) {
+        throw InvalidInput("ref_s must hold " + std::to_string(2 * cfg_.style_dim) +
+                           " values, got " + std::to_string(u.ref_len));
+    }
+    if (!(std::isfinite(u.speed) && u.speed > 0.f)) {
+        throw InvalidInput("speed must be a positive number, got " + std::to_string(u.speed));
+    }
+}
+
+ForwardResult Engine::forward(const Utterance& utterance, Trace* trace) {
+    check_inputs(utterance);
+    const std::lock_guard<std::mutex> lock(forward_mutex_);
+    KOKORO_CUDA_CHECK(cudaSetDevice(device_));
+    return lane(0).run(utterance, trace);
+}
+
+std::vector<ForwardResult> Engine::forward_batch(const std::vector<Utterance>& utterances) {
+    for (const Utterance& u : utterances) check_inputs(u);
+    const std::lock_guard<std::mutex> lock(forward_mutex_);
+    KOKORO_CUDA_CHECK(cudaSetDevice(device_));
+    const size_t n_lanes = std::min<size_t>(kMaxLanes, utterances.size());
+    for (size_t i = 0; i < n_lanes; ++i) lane(i);
+    std::vector<ForwardResult> results(utterances.size());
+    std::vector<std::exception_ptr> errors(n_lanes);
+    std::atomic<size_t> next{0};
+    auto work = [&](size_t l) {
+        try {
+            KOKORO_CUDA_CHECK(cudaSetDevice(device_));
+            for (size_t i = next++; i < utterances.size(); i = next++) {
+                results[i] = lanes_[l]->run(utterances[i], nullptr);
+            }
+        } catch (...) {
+            errors[l] = std::current_exception();
+            next = utterances.size();  // the other lanes stop after their current utterance
+        }
+    };
+    std::vector<std::thread> threads;
+    for (size_t l = 1; l < n_lanes; ++l) threads.emplace_back(work, l);
+    work(0);
+    for (std::thread& t : threads) t.join();
+    for (const std::exception_ptr& e : errors) {
+        if (e) std::rethrow_exception(e);
+    }
+    return results;
 }
 
 }  // namespace kokoro

@@ -1,5 +1,6 @@
 // iSTFTNet generator (kokoro/istftnet.py Generator): the harmonic-plus-noise
-// source and its STFT, then per upsampling stage: LeakyReLU 0.1, the source
+// source and its STFT (generator_source, independent of the decoder, so the
+// engine runs it concurrently), then per upsampling stage: LeakyReLU 0.1, the source
 // branch (noise conv + AdaINResBlock1), the transposed-conv upsampler (plus a
 // reflection pad (1, 0) on the last stage), their sum, and the mean of the
 // stage's AdaINResBlock1s; finally LeakyReLU 0.01, conv_post, and the
@@ -27,8 +28,8 @@ constexpr int kPostKernel = 7;
 // times: AdaIN + Snake, dilated conv, AdaIN + Snake, conv, residual add.
 void adain_resblock1(const Context& ctx, const std::string& prefix, const float* x, float* out,
                      int C, int T, int kernel, const std::vector<int>& dilations) {
-    float* snaked = ctx.ws.floats("resblock.snaked", int64_t(C) * T);
-    float* hidden = ctx.ws.floats("resblock.hidden", int64_t(C) * T);
+    float* snaked = ctx.floats("resblock.snaked", int64_t(C) * T);
+    float* hidden = ctx.floats("resblock.hidden", int64_t(C) * T);
     const float* in = x;
     for (size_t j = 0; j < dilations.size(); ++j) {
         const std::string idx = std::to_string(j);
@@ -53,14 +54,17 @@ void check_length(const std::string& what, int got, int want) {
 }
 }  // namespace
 
-void generator_forward(const Context& ctx, ops::Stft& stft, const float* x, const float* f0, int F,
-                       bool deterministic, uint64_t seed, float* audio) {
+int generator_spec_frames(const ModelConfig& cfg, int F) {
+    return 2 * F * cfg.source_upsampling() / cfg.hop + 1;
+}
+
+const float* generator_source(const Context& ctx, ops::Stft& stft, const float* f0, int F,
+                              bool deterministic, const uint64_t* seed) {
     const ModelConfig& cfg = ctx.cfg;
     const std::string g = "decoder.generator";
     const int f0_len = 2 * F;
     const int samples = f0_len * cfg.source_upsampling();
-
-    float* har_source = ctx.ws.floats("generator.har_source", samples);
+    float* har_source = ctx.floats("generator.har_source", samples);
     double* source_scratch = ctx.ws.doubles(
         "generator.source_scratch",
         ops::harmonic_source_scratch_doubles(f0_len, cfg.source_upsampling(), kHarmonics));
@@ -71,10 +75,21 @@ void generator_forward(const Context& ctx, ops::Stft& stft, const float* x, cons
                          source_scratch, ctx.stream);
     ctx.record("har_source", har_source, {samples});
     const int spec_rows = cfg.n_fft + 2;
-    const int spec_frames = stft.frames(samples);
-    float* har = ctx.ws.floats("generator.har", int64_t(spec_rows) * spec_frames);
+    const int spec_frames = generator_spec_frames(cfg, F);
+    check_length("source STFT", stft.frames(samples), spec_frames);
+    float* har = ctx.floats("generator.har", int64_t(spec_rows) * spec_frames);
     stft.forward(har_source, samples, har, ctx.stream);
     ctx.record("har", har, {spec_rows, spec_frames});
+    return har;
+}
+
+void generator_forward(const Context& ctx, ops::Stft& stft, const float* x, const float* har,
+                       int F, float* audio) {
+    const ModelConfig& cfg = ctx.cfg;
+    const std::string g = "decoder.generator";
+    const int f0_len = 2 * F;
+    const int spec_rows = cfg.n_fft + 2;
+    const int spec_frames = generator_spec_frames(cfg, F);
 
     const int n_stages = static_cast<int>(cfg.upsample_rates.size());
     const int n_kernels = static_cast<int>(cfg.resblock_kernel_sizes.size());
@@ -91,11 +106,11 @@ void generator_forward(const Context& ctx, ops::Stft& stft, const float* x, cons
         const int t_stage = last ? t_up + 1 : t_up;
         const int64_t n = int64_t(c_out) * t_stage;
 
-        float* activated = ctx.ws.floats("generator.activated", int64_t(channels) * T);
+        float* activated = ctx.floats("generator.activated", int64_t(channels) * T);
         ops::leaky_relu(stage_x, activated, int64_t(channels) * T, kStageSlope, ctx.stream);
 
         // Source branch: the source STFT brought to this stage's frame rate.
-        float* source = ctx.ws.floats("generator.source", n);
+        float* source = ctx.floats("generator.source", n);
         int stride = 1;
         for (int j = i + 1; j < n_stages; ++j) stride *= cfg.upsample_rates[j];
         const int noise_kernel = last ? 1 : 2 * stride;
@@ -108,10 +123,10 @@ void generator_forward(const Context& ctx, ops::Stft& stft, const float* x, cons
                         last ? kLastNoiseResKernel : kNoiseResKernel,
                         cfg.resblock_dilation_sizes[0]);
 
-        float* upsampled = ctx.ws.floats("generator.upsampled", int64_t(c_out) * t_up);
+        float* upsampled = ctx.floats("generator.upsampled", int64_t(c_out) * t_up);
         ctx.conv_transpose1d(g + ".ups." + idx, activated, upsampled, channels, c_out, T, kernel,
                              rate, (kernel - rate) / 2, 0, 1);
-        float* stage_in = ctx.ws.floats("generator.stage_in", n);
+        float* stage_in = ctx.floats("generator.stage_in", n);
         if (last) {
             ops::reflection_pad(upsampled, stage_in, c_out, t_up, 1, 0, ctx.stream);
             ops::add_scaled(stage_in, source, stage_in, n, 1.f, ctx.stream);
@@ -120,8 +135,8 @@ void generator_forward(const Context& ctx, ops::Stft& stft, const float* x, cons
         }
 
         // Mean of the stage's residual blocks; the sum builds up in `mean`.
-        float* mean = ctx.ws.floats(i % 2 ? "generator.mean_odd" : "generator.mean_even", n);
-        float* branch = ctx.ws.floats("generator.branch", n);
+        float* mean = ctx.floats(i % 2 ? "generator.mean_odd" : "generator.mean_even", n);
+        float* branch = ctx.floats("generator.branch", n);
         for (int j = 0; j < n_kernels; ++j) {
             const std::string block = g + ".resblocks." + std::to_string(i * n_kernels + j);
             adain_resblock1(ctx, block, stage_in, j == 0 ? mean : branch, c_out, t_stage,
@@ -137,9 +152,9 @@ void generator_forward(const Context& ctx, ops::Stft& stft, const float* x, cons
     }
 
     check_length("conv_post input", T, spec_frames);
-    float* activated = ctx.ws.floats("generator.activated", int64_t(channels) * T);
+    float* activated = ctx.floats("generator.activated", int64_t(channels) * T);
     ops::leaky_relu(stage_x, activated, int64_t(channels) * T, kPostSlope, ctx.stream);
-    float* logits = ctx.ws.floats("generator.logits", int64_t(spec_rows) * T);
+    float* logits = ctx.floats("generator.logits", int64_t(spec_rows) * T);
     ctx.conv1d(g + ".conv_post", activated, logits, channels, spec_rows, T, kPostKernel, 1,
                (kPostKernel - 1) / 2, 1, 1, true);
     ctx.record("gen_post", logits, {spec_rows, T});

@@ -1,7 +1,8 @@
 // Prosody predictor (kokoro/modules.py ProsodyPredictor, DurationEncoder):
 // the duration encoder (n_layer x [BiLSTM, AdaLayerNorm, re-append style]),
 // the duration head (BiLSTM + linear to max_dur logits) and F0Ntrain (shared
-// BiLSTM over the frames, two AdainResBlk1d stacks, 1x1 projections).
+// BiLSTM over the frames, then the F0 and N AdainResBlk1d stacks with their
+// 1x1 projections, on two streams).
 // The duration encoder keeps one time-major buffer [T, hidden + style] whose
 // style columns are written once; each layer rewrites the first `hidden`
 // columns (a pitched copy).
@@ -19,13 +20,13 @@ void duration_encoder_forward(const Context& ctx, const float* d_en_rows, const 
     const int width = hid + ctx.cfg.style_dim;
     // d = [d_en^T | s on every row], built channels-first (s broadcast over
     // time by nearest upsampling) and transposed; the style columns never change.
-    float* channels_first = ctx.ws.floats("prosody.encoder_in", int64_t(width) * T);
+    float* channels_first = ctx.floats("prosody.encoder_in", int64_t(width) * T);
     ops::transpose(d_en_rows, channels_first, T, hid, ctx.stream);
     ops::upsample_nearest(s, channels_first + int64_t(hid) * T, ctx.cfg.style_dim, 1, T,
                           ctx.stream);
     ops::transpose(channels_first, d, width, T, ctx.stream);
 
-    float* lstm_out = ctx.ws.floats("prosody.encoder_lstm", int64_t(T) * hid);
+    float* lstm_out = ctx.floats("prosody.encoder_lstm", int64_t(T) * hid);
     for (int i = 0; i < ctx.cfg.n_layer; ++i) {
         const std::string lstm = "predictor.text_encoder.lstms." + std::to_string(2 * i);
         const std::string norm_fc =
@@ -45,33 +46,39 @@ void duration_head_forward(const Context& ctx, const float* d, int T, float* dur
                ctx.cfg.max_dur);
 }
 
-void f0n_forward(const Context& ctx, const float* en, int F, float* f0, float* n) {
+void f0n_forward(const Context& ctx, const Context& n_ctx, const float* en, int F, float* f0,
+                 float* n) {
     const int hid = ctx.cfg.hidden_dim;
     const int width = hid + ctx.cfg.style_dim;
     const int half = hid / 2;
 
-    float* en_rows = ctx.ws.floats("prosody.en_rows", int64_t(F) * width);
+    float* en_rows = ctx.floats("prosody.en_rows", int64_t(F) * width);
     ops::transpose(en, en_rows, width, F, ctx.stream);
-    float* shared_rows = ctx.ws.floats("prosody.shared_rows", int64_t(F) * hid);
+    float* shared_rows = ctx.floats("prosody.shared_rows", int64_t(F) * hid);
     ctx.lstm("predictor.shared", en_rows, shared_rows, F);
     ctx.record("shared_lstm", shared_rows, {F, hid});
-    float* shared = ctx.ws.floats("prosody.shared", int64_t(hid) * F);
+    float* shared = ctx.floats("prosody.shared", int64_t(hid) * F);
     ops::transpose(shared_rows, shared, F, hid, ctx.stream);
 
-    float* a = ctx.ws.floats("prosody.stack_a", int64_t(hid) * F);
-    float* b = ctx.ws.floats("prosody.stack_b", int64_t(half) * 2 * F);
-    float* c = ctx.ws.floats("prosody.stack_c", int64_t(half) * 2 * F);
+    // The two stacks are independent: N on n_ctx's stream, F0 on ctx's.
+    n_ctx.wait_for(ctx);
     const struct {
+        const Context& ctx;
         const char* name;
         float* out;
-    } stacks[] = {{"F0", f0}, {"N", n}};
+    } stacks[] = {{ctx, "F0", f0}, {n_ctx, "N", n}};
     for (const auto& stack : stacks) {
+        const Context& sc = stack.ctx;
         const std::string p = std::string("predictor.") + stack.name;
-        adain_res_blk1d(ctx, p + ".0", shared, hid, hid, F, false, a);
-        adain_res_blk1d(ctx, p + ".1", a, hid, half, F, true, b);
-        adain_res_blk1d(ctx, p + ".2", b, half, half, 2 * F, false, c);
-        ctx.conv1d(p + "_proj", c, stack.out, half, 1, 2 * F, 1, 1, 0, 1, 1, true);
+        float* a = sc.floats("prosody.stack_a", int64_t(hid) * F);
+        float* b = sc.floats("prosody.stack_b", int64_t(half) * 2 * F);
+        float* c = sc.floats("prosody.stack_c", int64_t(half) * 2 * F);
+        adain_res_blk1d(sc, p + ".0", shared, hid, hid, F, false, a);
+        adain_res_blk1d(sc, p + ".1", a, hid, half, F, true, b);
+        adain_res_blk1d(sc, p + ".2", b, half, half, 2 * F, false, c);
+        sc.conv1d(p + "_proj", c, stack.out, half, 1, 2 * F, 1, 1, 0, 1, 1, true);
     }
+    ctx.wait_for(n_ctx);
 }
 
 }  // namespace kokoro

@@ -16,11 +16,11 @@ void text_encoder_forward(const Context& ctx, const int32_t* ids, int T, float* 
     const int K = ctx.cfg.text_encoder_kernel_size;
     const int64_t n = int64_t(C) * T;
 
-    float* rows = ctx.ws.floats("text.rows", n);
+    float* rows = ctx.floats("text.rows", n);
     ops::embedding(ids, ctx.w("text_encoder.embedding.weight", int64_t(ctx.cfg.n_token) * C), rows,
                    T, C, ctx.stream);
-    float* x = ctx.ws.floats("text.x", n);
-    float* y = ctx.ws.floats("text.y", n);
+    float* x = ctx.floats("text.x", n);
+    float* y = ctx.floats("text.y", n);
     ops::transpose(rows, x, T, C, ctx.stream);
     for (int i = 0; i < ctx.cfg.n_layer; ++i) {
         const std::string p = "text_encoder.cnn." + std::to_string(i);
@@ -30,7 +30,7 @@ void text_encoder_forward(const Context& ctx, const int32_t* ids, int T, float* 
         ops::leaky_relu(y, x, n, kLeakySlope, ctx.stream);
     }
     ops::transpose(x, rows, C, T, ctx.stream);
-    float* lstm_out = ctx.ws.floats("text.lstm_out", n);
+    float* lstm_out = ctx.floats("text.lstm_out", n);
     ctx.lstm("text_encoder.lstm", rows, lstm_out, T);
     ops::transpose(lstm_out, t_en, T, C, ctx.stream);
 }

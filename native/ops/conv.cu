@@ -14,7 +14,8 @@
 // that land on it, so no atomics and a fixed summation order.
 //
 // Grouped (the depthwise upsampler) and tiny convs (F0_conv: 1 channel, k3)
-// run as a direct kernel, one thread per output element.
+// run as a direct kernel, one thread per output element, in fp32 whatever
+// the GemmMath (it applies to the GEMMs only).
 #include <algorithm>
 
 #include "kokoro/check.h"
@@ -153,7 +154,7 @@ int64_t conv_transpose1d_scratch_floats(int Cin, int Cout, int Tin, int K, int g
 
 void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* b, float* y,
             int Cin, int Cout, int Tin, int K, int stride, int pad, int dilation, int groups,
-            const float* residual, float* scratch, cudaStream_t stream) {
+            const float* residual, float* scratch, cudaStream_t stream, GemmMath math) {
     const int Tout = conv1d_out_len(Tin, K, stride, pad, dilation);
     if (Cout == 0 || Tout <= 0) return;
     if (!conv1d_uses_gemm(Cin, K, groups)) {
@@ -166,7 +167,7 @@ void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* 
     const float beta = residual_in_place ? 1.f : 0.f;
     const int reduction = Cin * K;
     if (conv1d_is_pointwise(K, stride, pad)) {
-        matmul(handle, false, false, Cout, Tout, Cin, w, Cin, x, Tin, beta, y, Tout, stream);
+        matmul(handle, false, false, Cout, Tout, Cin, w, Cin, x, Tin, beta, y, Tout, stream, math);
     } else {
         const int chunk = im2col_chunk_cols(reduction);
         for (int t0 = 0; t0 < Tout; t0 += chunk) {
@@ -175,7 +176,7 @@ void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* 
                 x, scratch, Tin, K, stride, pad, dilation, t0, n);
             KOKORO_CHECK_LAUNCH("im2col_kernel");
             matmul(handle, false, false, Cout, n, reduction, w, reduction, scratch, n, beta, y + t0,
-                   Tout, stream);
+                   Tout, stream, math);
         }
     }
     const float* residual_pass = residual_in_place ? nullptr : residual;
@@ -188,7 +189,8 @@ void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* 
 
 void conv_transpose1d(cublasHandle_t handle, const float* x, const float* w, const float* b,
                       float* y, int Cin, int Cout, int Tin, int K, int stride, int pad,
-                      int output_padding, int groups, float* scratch, cudaStream_t stream) {
+                      int output_padding, int groups, float* scratch, cudaStream_t stream,
+                      GemmMath math) {
     const int Tout = conv_transpose1d_out_len(Tin, K, stride, pad, output_padding);
     if (Cout == 0 || Tout <= 0) return;
     if (!conv_transpose1d_uses_gemm(Cin, groups)) {
@@ -197,7 +199,8 @@ void conv_transpose1d(cublasHandle_t handle, const float* x, const float* w, con
         KOKORO_CHECK_LAUNCH("conv_transpose1d_direct_kernel");
         return;
     }
-    matmul(handle, true, false, Cout * K, Tin, Cin, w, Cout * K, x, Tin, 0.f, scratch, Tin, stream);
+    matmul(handle, true, false, Cout * K, Tin, Cin, w, Cout * K, x, Tin, 0.f, scratch, Tin, stream,
+           math);
     col2im_kernel<<<per_channel_grid(Cout, Tout), kThreads, 0, stream>>>(scratch, b, y, Tin, Tout,
                                                                          K, stride, pad);
     KOKORO_CHECK_LAUNCH("col2im_kernel");

@@ -15,6 +15,7 @@
 // every value is a pure function of (seed, harmonic, sample): initial phases
 // uniform [0, 1) (53-bit), noise standard normal (Box-Muller on 53-bit
 // uniforms). `deterministic` zeroes both, as the CPU model's rng=None does.
+// The seed is read from device memory (a graph replay may bring a new one).
 #include <cmath>
 
 #include "kokoro/check.h"
@@ -53,8 +54,8 @@ __device__ double uniform53(uint32_t hi, uint32_t lo) {
 }
 
 // Initial phase of 0-based harmonic h (harmonic 0 has none).
-__device__ double initial_phase(int h, bool deterministic, uint64_t seed) {
-    if (deterministic || h == 0) return 0.0;
+__device__ double initial_phase(int h, uint64_t seed) {
+    if (h == 0) return 0.0;
     const Philox4 r = philox4x32_10(uint32_t(h), 0, 0, kStreamPhase, seed);
     return uniform53(r.v[0], r.v[1]);
 }
@@ -77,7 +78,7 @@ __device__ double sample_rad(const float* f0, int upp, int h, int64_t i, double 
 
 // frame_rad[h, j] = rad resampled at scale 1 / upp, position (j + 0.5) * upp - 0.5.
 __global__ void frame_rad_kernel(const float* f0, int Tf, int upp, int n_harm, double sample_rate,
-                                 bool deterministic, uint64_t seed, double* frame_rad) {
+                                 bool deterministic, const uint64_t* seed, double* frame_rad) {
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     const int h = blockIdx.y;
     if (j >= Tf) return;
@@ -85,7 +86,7 @@ __global__ void frame_rad_kernel(const float* f0, int Tf, int upp, int n_harm, d
     const double src = fmax((j + 0.5) / (1.0 / upp) - 0.5, 0.0);
     const int64_t i0 = min(int64_t(src), n - 1), i1 = min(i0 + 1, n - 1);
     const double w1 = src - double(i0);
-    const double phase0 = initial_phase(h, deterministic, seed);
+    const double phase0 = deterministic ? 0.0 : initial_phase(h, *seed);
     const double r0 = sample_rad(f0, upp, h, i0, sample_rate) + (i0 == 0 ? phase0 : 0.0);
     const double r1 = sample_rad(f0, upp, h, i1, sample_rate) + (i1 == 0 ? phase0 : 0.0);
     frame_rad[int64_t(h) * Tf + j] = r0 * (1.0 - w1) + r1 * w1;
@@ -129,7 +130,7 @@ struct SourceParams {
     int Tf, upp, n_harm;
     float sine_amp, noise_std, voiced_threshold;
     bool deterministic;
-    uint64_t seed;
+    const uint64_t* seed;  // device; read only when !deterministic
 };
 
 // out[i] = tanh(sum_h lin_w[h] * wave_h[i] + lin_b), one thread per sample.
@@ -144,13 +145,14 @@ __global__ void source_kernel(const float* f0, const double* cum_rad, const floa
     const double phase_scale = 2.0 * 3.141592653589793 * p.upp;
     const bool voiced = double(f0[i / p.upp]) > double(p.voiced_threshold);
     const double noise_amp = voiced ? double(p.noise_std) : double(p.sine_amp) / 3.0;
+    const uint64_t seed = p.deterministic ? 0 : *p.seed;
     float merged = 0.f;
     for (int h = 0; h < p.n_harm; ++h) {
         const double* row = cum_rad + int64_t(h) * p.Tf;
         const double phase =
             (row[i0] * phase_scale) * (1.0 - w1) + (row[i1] * phase_scale) * w1;
         float wave = voiced ? float(sin(phase) * double(p.sine_amp)) : 0.f;
-        if (!p.deterministic) wave += float(noise_amp * standard_normal(i, h, p.seed));
+        if (!p.deterministic) wave += float(noise_amp * standard_normal(i, h, seed));
         merged += lin_w[h] * wave;
     }
     out[i] = tanhf(merged + lin_b[0]);
@@ -164,7 +166,7 @@ int64_t harmonic_source_scratch_doubles(int Tf, int /*upp*/, int n_harm) {
 
 void harmonic_source(const float* f0, int Tf, int upp, int n_harm, int sample_rate,
                      float sine_amp, float noise_std, float voiced_threshold,
-                     const float* lin_w, const float* lin_b, bool deterministic, uint64_t seed,
+                     const float* lin_w, const float* lin_b, bool deterministic, const uint64_t* seed,
                      float* out, double* scratch, cudaStream_t stream) {
     if (Tf == 0 || upp == 0 || n_harm == 0) return;
     const dim3 frame_grid(unsigned((Tf + kThreads - 1) / kThreads), unsigned(n_harm));

@@ -111,7 +111,7 @@ Stft::~Stft() {
     (void)cudaFree(window_);
 }
 
-void Stft::ensure_plans(int frames, cudaStream_t stream) {
+void Stft::reserve(int frames, cudaStream_t stream) {
     if (frames == planned_frames_) return;
     KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream));
     if (planned_frames_ > 0) {
@@ -144,7 +144,7 @@ void Stft::forward(const float* x, int n, float* out, cudaStream_t stream) {
     }
     const int nframes = frames(n);
     const int bins = n_fft_ / 2 + 1;
-    ensure_plans(nframes, stream);
+    reserve(nframes, stream);
     frame_window_kernel<<<blocks_for(int64_t(nframes) * n_fft_), kThreads, 0, stream>>>(
         x, n, window_, n_fft_, hop_, nframes, frames_buf_);
     KOKORO_CHECK_LAUNCH("frame_window_kernel");
@@ -159,7 +159,7 @@ void Stft::inverse_from_logits(const float* logits, int nframes, float* audio,
                                cudaStream_t stream) {
     if (nframes < 2) return;  // hop * (frames - 1) samples: nothing to write
     const int bins = n_fft_ / 2 + 1;
-    ensure_plans(nframes, stream);
+    reserve(nframes, stream);
     spectrum_from_logits_kernel<<<blocks_for(int64_t(nframes) * bins), kThreads, 0, stream>>>(
         logits, bins, nframes, n_fft_, spectrum_buf_);
     KOKORO_CHECK_LAUNCH("spectrum_from_logits_kernel");

@@ -1,16 +1,22 @@
 // The native engine: one object per loaded model on one GPU. Construction
 // uploads the folded weights once; forward() runs the whole model for one
-// utterance on the engine's stream, reading back only the durations (to
-// size the frame axis) and the audio. Errors: kokoro::CudaError (CUDA,
-// cuBLAS, cuFFT failures), WeightsError (missing or misshapen tensors),
-// InvalidInput (bad ids, style or speed).
+// utterance, reading back only the durations (to size the frame axis) and
+// the audio; forward_batch() runs many utterances on several lanes at once.
+// A lane is what one utterance in flight needs: two streams (the model's
+// independent branches run concurrently), their cuBLAS handles, a
+// workspace, and two bounded LRU caches of CUDA graphs, one for the part
+// before the durations read (keyed by the token count) and one for the part
+// after it (keyed by token count, frame count and determinism). A key seen
+// for the first time runs uncaptured; from the second time on its graph is
+// captured once and replayed. Errors: kokoro::CudaError (CUDA, cuBLAS, cuFFT
+// failures), WeightsError (missing or misshapen tensors), InvalidInput (bad
+// ids, style or speed).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
-#include <type_traits>
 #include <vector>
 
 #include "kokoro/model.h"
@@ -27,43 +33,59 @@ struct ForwardResult {
     std::vector<int64_t> durations;  // [T] frames per token
 };
 
+// One utterance: ids [T] (boundary zeros included), ref_s [ref_len =
+// 2 * style_dim], speed > 0; the host arrays stay valid during the call.
+struct Utterance {
+    const int64_t* ids = nullptr;
+    int T = 0;
+    const float* ref_s = nullptr;
+    int ref_len = 0;
+    float speed = 1.f;
+    bool deterministic = true;
+    uint64_t seed = 0;
+};
+
+// kFp32: every GEMM in plain fp32. kFast: the GEMMs of the text encoder,
+// decoder and generator on TF32 tensor cores (fp32 accumulation); the
+// duration path (ALBERT, duration encoder and head), the F0/N predictor,
+// LSTM recurrences, norms, the source and the STFTs stay fp32.
+enum class Precision { kFp32 = 0, kFast = 1 };
+
+class Lane;
+
 class Engine {
 public:
-    Engine(const ModelConfig& config, const HostWeights& weights, int device);
+    Engine(const ModelConfig& config, const HostWeights& weights, int device,
+           Precision precision = Precision::kFp32);
     ~Engine();
     Engine(const Engine&) = delete;
     Engine& operator=(const Engine&) = delete;
 
-    // ids [T] (boundary zeros included), ref_s [2 * style_dim], speed > 0.
-    // Calls from several threads are serialised.
+    // One utterance on lane 0. Calls from several threads are serialised.
     // With `trace` non-null, the intermediates of docs/DESIGN.md are copied
-    // into it as they are produced.
-    ForwardResult forward(const int64_t* ids, int T, const float* ref_s, int ref_len, float speed,
-                          bool deterministic, uint64_t seed, Trace* trace);
+    // into it as they are produced (uncaptured, one stream at a time).
+    ForwardResult forward(const Utterance& utterance, Trace* trace);
+    // Many utterances on up to kMaxLanes lanes, one host thread per lane;
+    // each result equals forward() of the same utterance.
+    std::vector<ForwardResult> forward_batch(const std::vector<Utterance>& utterances);
+
+    static constexpr int kMaxLanes = 4;
 
     int device() const { return device_; }
+    Precision precision() const { return precision_; }
     size_t weight_bytes() const { return weights_->bytes(); }
-    size_t workspace_bytes() const { return workspace_->bytes(); }
+    size_t workspace_bytes() const;
 
 private:
-    struct StreamDeleter {
-        void operator()(cudaStream_t stream) const noexcept;
-    };
-    struct BlasDeleter {
-        void operator()(cublasHandle_t handle) const noexcept;
-    };
-
-    void check_inputs(const int64_t* ids, int T, int ref_len, float speed) const;
+    void check_inputs(const Utterance& u) const;
+    Lane& lane(size_t index);  // created on first use
 
     ModelConfig cfg_;
     int device_;
-    std::mutex forward_mutex_;  // one forward pass at a time (the GIL is released)
-    // Declared in teardown order: later members go first.
-    std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter> stream_;
-    std::unique_ptr<std::remove_pointer_t<cublasHandle_t>, BlasDeleter> blas_;
+    Precision precision_;
+    std::mutex forward_mutex_;  // one call at a time (the GIL is released)
     std::unique_ptr<DeviceWeights> weights_;
-    std::unique_ptr<Workspace> workspace_;
-    std::unique_ptr<ops::Stft> stft_;
+    std::vector<std::unique_ptr<Lane>> lanes_;  // destroyed first: they drain their streams
 };
 
 }  // namespace kokoro

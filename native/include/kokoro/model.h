@@ -6,11 +6,15 @@
 //   style projections fc(s) of one style half concatenated into one matrix,
 //   so a forward pass computes every AdaIN/AdaLayerNorm style in one GEMV;
 // - Workspace: named device scratch buffers, allocated on first use and
-//   reused across calls, grown only when a longer input needs more;
+//   reused across calls, grown only when a longer input needs more (the old
+//   buffer is retired, freed once the owner's streams have drained, and the
+//   workspace generation moves on: graphs captured before point at it);
 // - Trace: host copies of the intermediates of docs/DESIGN.md, taken only
 //   when the caller asks for them;
 // - Context: what every model part needs (config, weights, workspace,
-//   cuBLAS handle, stream, style vectors, optional trace).
+//   cuBLAS handle, stream, style vectors, optional trace, GEMM math). Two
+//   contexts on two streams may run model parts concurrently: each names its
+//   workspace slots with its own tag, and wait_for() orders them by events.
 // Model parts mirror the official modules (kokoro/modules.py, istftnet.py):
 // albert.cu, prosody.cu, text_encoder.cu, decoder.cu (also the shared
 // AdainResBlk1d), generator.cu; engine.cu runs them in order.
@@ -131,8 +135,8 @@ private:
 
 class Workspace {
 public:
-    explicit Workspace(cudaStream_t stream) : stream_(stream) {}
-    ~Workspace();
+    Workspace() = default;
+    ~Workspace();  // the owner drains its streams first
     Workspace(const Workspace&) = delete;
     Workspace& operator=(const Workspace&) = delete;
 
@@ -141,7 +145,13 @@ public:
     float* floats(const std::string& slot, int64_t count);
     int32_t* ints(const std::string& slot, int64_t count);
     double* doubles(const std::string& slot, int64_t count);
+    uint64_t* words(const std::string& slot, int64_t count);
     size_t bytes() const;
+    // Moves on whenever a buffer is replaced by a larger one: work captured
+    // at an older generation may point at retired memory.
+    uint64_t generation() const { return generation_; }
+    // Frees the retired buffers; only when no enqueued work can still use them.
+    void release_retired();
 
 private:
     void* get(const std::string& slot, size_t bytes);
@@ -149,8 +159,9 @@ private:
         void* ptr = nullptr;
         size_t bytes = 0;
     };
-    cudaStream_t stream_;
     std::unordered_map<std::string, Buffer> buffers_;
+    std::vector<void*> retired_;
+    uint64_t generation_ = 0;
 };
 
 // Host copies of intermediates, by docs/DESIGN.md trace key.
@@ -167,11 +178,25 @@ struct Context {
     const ModelConfig& cfg;
     const DeviceWeights& weights;
     Workspace& ws;
-    cublasHandle_t blas;
+    cublasHandle_t blas;        // bound to `stream`, used by this context alone
     cudaStream_t stream;
+    cudaEvent_t event;          // marks this context's progress for wait_for()
     const float* style_out[2];  // fc(s) results of each style bank, on the device
     Trace* trace;               // null unless intermediates were asked for
+    ops::GemmMath math;         // of the conv1d / conv_transpose1d / linear GEMMs
+    const char* tag;            // suffix of this context's workspace slot names
 
+    // The workspace buffer `slot` of this context (its tag appended).
+    float* floats(const std::string& slot, int64_t count) const { return ws.floats(slot + tag, count); }
+    // Work enqueued on this context from now on waits for everything
+    // enqueued on `other` so far (an event; also a graph-capture edge).
+    void wait_for(const Context& other) const;
+    // The same context with another GEMM math.
+    Context with_math(ops::GemmMath m) const {
+        Context c = *this;
+        c.math = m;
+        return c;
+    }
     const float* w(const std::string& name, int64_t numel) const {
         return weights.get(name, numel);
     }
@@ -210,8 +235,11 @@ void duration_encoder_forward(const Context& ctx, const float* d_en_rows, const 
 // logits [T, max_dur].
 void duration_head_forward(const Context& ctx, const float* d, int T, float* dur_lstm,
                            float* logits);
-// F0Ntrain: en [hidden + style, F] -> f0 [2F], n [2F].
-void f0n_forward(const Context& ctx, const float* en, int F, float* f0, float* n);
+// F0Ntrain: en [hidden + style, F] -> f0 [2F], n [2F]. The shared LSTM and
+// the F0 stack run on `ctx`, the N stack concurrently on `n_ctx`; `ctx` has
+// waited for both on return.
+void f0n_forward(const Context& ctx, const Context& n_ctx, const float* en, int F, float* f0,
+                 float* n);
 
 // ------------------------------------------------------- text_encoder.cu
 // Text encoder: ids [T] -> t_en [hidden, T].
@@ -228,9 +256,15 @@ void decoder_forward(const Context& ctx, const float* t_en, const int32_t* frame
                      int F, const float* f0, const float* n, float* out);
 
 // ---------------------------------------------------------- generator.cu
-// iSTFTNet generator: x [upsample_initial_channel, 2F], f0 [2F] -> audio
-// [source_upsampling() * 2F].
-void generator_forward(const Context& ctx, ops::Stft& stft, const float* x, const float* f0, int F,
-                       bool deterministic, uint64_t seed, float* audio);
+// The generator's harmonic source and its STFT: f0 [2F] -> har [n_fft + 2,
+// generator_spec_frames()] (a buffer of ctx's workspace). `seed` is a device
+// word, read only when !deterministic.
+const float* generator_source(const Context& ctx, ops::Stft& stft, const float* f0, int F,
+                              bool deterministic, const uint64_t* seed);
+int generator_spec_frames(const ModelConfig& cfg, int F);
+// iSTFTNet generator: x [upsample_initial_channel, 2F] and the source har
+// -> audio [source_upsampling() * 2F].
+void generator_forward(const Context& ctx, ops::Stft& stft, const float* x, const float* har,
+                       int F, float* audio);
 
 }  // namespace kokoro

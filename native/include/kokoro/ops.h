@@ -15,7 +15,9 @@
 //   are checked (KOKORO_CHECK_LAUNCH) and thrown as kokoro::CudaError.
 // - Output buffers never alias inputs unless the op says "in place".
 // - Ops taking a cuBLAS handle bind it to `stream`; the handle must stay in
-//   CUBLAS_DEFAULT_MATH (plain fp32, no TF32).
+//   CUBLAS_DEFAULT_MATH. Their GEMMs run in the GemmMath they are given:
+//   plain fp32 by default, or TF32 tensor cores (fp32 accumulation) where the
+//   caller opts in per call.
 // - Ops taking `scratch` need a device buffer of at least the size the
 //   matching *_scratch_floats function returns (0 means it may be null); the
 //   buffer may be shared between ops enqueued on the same stream.
@@ -29,16 +31,22 @@
 
 namespace kokoro::ops {
 
+// The arithmetic of a GEMM: kFp32 is cublasSgemm (no TF32); kTf32 rounds the
+// operands to TF32 on the tensor cores and accumulates in fp32.
+enum class GemmMath { kFp32 = 0, kTf32 = 1 };
+
 // ---------------------------------------------------------------- linear.cu
 // Row-major GEMM on cuBLAS: C[M, N] = op(A) @ op(B) + beta * C, where op(A) is
 // [M, K] (A stored [K, M] when trans_a) and op(B) is [K, N] (B stored [N, K]
 // when trans_b); lda, ldb, ldc are row pitches in elements.
 void matmul(cublasHandle_t handle, bool trans_a, bool trans_b, int M, int N, int K, const float* A,
-            int lda, const float* B, int ldb, float beta, float* C, int ldc, cudaStream_t stream);
+            int lda, const float* B, int ldb, float beta, float* C, int ldc, cudaStream_t stream,
+            GemmMath math = GemmMath::kFp32);
 // y[rows, out] = x[rows, in] @ w[out, in]^T (+ b[out]) (+ beta * y). Plain GEMM
 // on cuBLAS (the one vendor op besides the FFTs). `b` may be null.
 void linear(cublasHandle_t handle, const float* x, const float* w, const float* b, float* y,
-            int rows, int in, int out, cudaStream_t stream, float beta = 0.f);
+            int rows, int in, int out, cudaStream_t stream, float beta = 0.f,
+            GemmMath math = GemmMath::kFp32);
 
 // ------------------------------------------------------------ elementwise.cu
 // out[t, :] = table[ids[t], :] for t < T.
@@ -112,7 +120,8 @@ void adain(const float* x, float* y, int C, int T, const float* style, Activatio
 // per chunk; grouped and tiny ones run as a direct kernel.
 void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* b, float* y,
             int Cin, int Cout, int Tin, int K, int stride, int pad, int dilation, int groups,
-            const float* residual, float* scratch, cudaStream_t stream);
+            const float* residual, float* scratch, cudaStream_t stream,
+            GemmMath math = GemmMath::kFp32);
 int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation);
 int64_t conv1d_scratch_floats(int Cin, int Tin, int K, int stride, int pad, int dilation,
                               int groups);
@@ -123,7 +132,8 @@ int64_t conv1d_scratch_floats(int Cin, int Tin, int K, int stride, int pad, int 
 // (the depthwise upsampler) as a direct kernel.
 void conv_transpose1d(cublasHandle_t handle, const float* x, const float* w, const float* b,
                       float* y, int Cin, int Cout, int Tin, int K, int stride, int pad,
-                      int output_padding, int groups, float* scratch, cudaStream_t stream);
+                      int output_padding, int groups, float* scratch, cudaStream_t stream,
+                      GemmMath math = GemmMath::kFp32);
 int conv_transpose1d_out_len(int Tin, int K, int stride, int pad, int output_padding);
 int64_t conv_transpose1d_scratch_floats(int Cin, int Cout, int Tin, int K, int groups);
 
@@ -157,6 +167,9 @@ public:
     Stft(const Stft&) = delete;
     Stft& operator=(const Stft&) = delete;
     int frames(int n) const { return n / hop_ + 1; }
+    // Makes the plans and scratch for `frames` frames now (forward and
+    // inverse call it too), so that a graph capture that follows finds them.
+    void reserve(int frames, cudaStream_t stream);
     // Forward: magnitude and phase of x [n], n > n_fft / 2 (reflect padding).
     void forward(const float* x, int n, float* out, cudaStream_t stream);
     // Spectral head + inverse: logits [2 * (n_fft/2 + 1), frames] ->
@@ -166,9 +179,6 @@ public:
     void inverse_from_logits(const float* logits, int frames, float* audio, cudaStream_t stream);
 
 private:
-    // (Re)creates the batched plans and scratch for `frames` frames; on a
-    // change it first waits for `stream`, which may still use the old ones.
-    void ensure_plans(int frames, cudaStream_t stream);
     int n_fft_, hop_, planned_frames_ = 0;
     cufftHandle fwd_plan_ = 0, inv_plan_ = 0;
     float* window_ = nullptr;              // device [n_fft]
@@ -184,13 +194,15 @@ private:
 // 1 / upp, a parallel scan in double precision, resampled back x upp); voiced
 // where f0 > voiced_threshold; gaussian noise of std noise_std (voiced) or
 // sine_amp / 3 (unvoiced). Initial phases of harmonics 2..n_harm (uniform
-// [0, 1)) and the noise come from Philox4x32-10 keyed by `seed`, a pure
-// function of (seed, harmonic, sample); both are zero when `deterministic`.
+// [0, 1)) and the noise come from Philox4x32-10 keyed by `*seed` (device
+// memory, so that a captured graph takes a new seed per replay), a pure
+// function of (seed, harmonic, sample); both are zero when `deterministic`
+// (and `seed` is then not read).
 // lin_w [n_harm], lin_b [1]; out [n] = tanh(lin_w . harmonics + lin_b).
 // `scratch` holds harmonic_source_scratch_doubles(...) doubles.
 void harmonic_source(const float* f0, int Tf, int upp, int n_harm, int sample_rate,
                      float sine_amp, float noise_std, float voiced_threshold,
-                     const float* lin_w, const float* lin_b, bool deterministic, uint64_t seed,
+                     const float* lin_w, const float* lin_b, bool deterministic, const uint64_t* seed,
                      float* out, double* scratch, cudaStream_t stream);
 int64_t harmonic_source_scratch_doubles(int Tf, int upp, int n_harm);
 
