@@ -143,7 +143,8 @@ class KokoroTTS:
         weights = load_checkpoint(files.checkpoint_path, config)
         backend = create_backend(device, config, weights, precision)
         logger.info("kokoro_gpu: %s on %s (%s)", files.checkpoint_path, backend.device, backend.precision)
-        return cls(config, backend, VoiceStore(files.voices_dir, files.repo_id))
+        voices = VoiceStore(files.voices_dir, files.repo_id, local_files_only=local_files_only)
+        return cls(config, backend, voices)
 
     @property
     def device(self) -> str:
