@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precision", default="fp32", help="backend precision (default fp32)")
     ap.add_argument("--golden", type=Path, default=GOLDEN_DIR)
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
+    sys.path.append(str(ROOT))  # an installed kokoro_gpu (with its native engine) wins
     paths = fixture_paths(args.golden)
     if not paths:
         print(f"no fixtures in {args.golden}; run scripts/make_golden.py", file=sys.stderr)
