@@ -116,6 +116,14 @@ void require_ndim(const py::array& a, int ndim, const char* name) {
     require(a.ndim() == ndim, std::string(name) + " must have " + std::to_string(ndim) + " dims");
 }
 
+// A conv weight [A, B, K] in PyTorch's layout, uploaded in the ops' [A, K, B].
+DFloat conv_weight(const FloatArray& w) {
+    FloatArray relaid({w.shape(0), w.shape(1), w.shape(2)});
+    ops::conv_weight_to_device_layout(w.data(), relaid.mutable_data(), dim(w, 0), dim(w, 1),
+                                      dim(w, 2));
+    return DFloat::from(relaid);
+}
+
 // ---------------------------------------------------------------- linear
 py::array_t<float> matmul(const FloatArray& a, const FloatArray& b, bool trans_a, bool trans_b) {
     require_ndim(a, 2, "a");
@@ -287,8 +295,9 @@ py::array_t<float> adain(const FloatArray& x, const FloatArray& style, const std
     DFloat dx = DFloat::from(x), ds = DFloat::from(style);
     DFloat y = DFloat::poisoned(in_place ? 0 : int64_t(x.size()));
     OptionalDevice da(alpha);
+    DeviceArray<double> scratch(ops::adain_scratch_doubles(C, T));
     float* out = in_place ? dx.get() : y.get();
-    ops::adain(dx.get(), out, C, T, ds.get(), activation, slope, da.get(), stream());
+    ops::adain(dx.get(), out, C, T, ds.get(), activation, slope, da.get(), scratch.get(), stream());
     return (in_place ? dx : y).download({C, T});
 }
 
@@ -302,13 +311,13 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
     require(dim(w, 1) * groups == Cin && Cout % groups == 0, "conv1d: w does not match x, groups");
     const int Tout = ops::conv1d_out_len(Tin, K, stride, pad, dilation);
     require(Tout > 0, "conv1d: input too short");
-    DFloat dx = DFloat::from(x), dw = DFloat::from(w);
+    DFloat dx = DFloat::from(x), dw = conv_weight(w);
     OptionalDevice db(b);
     const bool res_into_y = residual && residual_in_place;
     DFloat y = res_into_y ? DFloat::from(*residual) : DFloat::poisoned(int64_t(Cout) * Tout);
     OptionalDevice dres(res_into_y ? OptionalFloat() : residual);
     const float* res_ptr = res_into_y ? y.get() : dres.get();
-    DFloat scratch(ops::conv1d_scratch_floats(Cin, Tin, K, stride, pad, dilation, groups));
+    DFloat scratch(ops::conv1d_scratch_floats(Cin, Cout, Tin, K, stride, pad, dilation, groups));
     ops::conv1d(context().blas, dx.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K, stride,
                 pad, dilation, groups, res_ptr, scratch.get(), stream());
     return y.download({Cout, Tout});
@@ -321,7 +330,7 @@ py::array_t<float> conv_transpose1d(const FloatArray& x, const FloatArray& w, co
     const int Cin = dim(x, 0), Tin = dim(x, 1), Cout = dim(w, 1) * groups, K = dim(w, 2);
     require(dim(w, 0) == Cin && Cin % groups == 0, "conv_transpose1d: w does not match x, groups");
     const int Tout = ops::conv_transpose1d_out_len(Tin, K, stride, pad, output_padding);
-    DFloat dx = DFloat::from(x), dw = DFloat::from(w), y = DFloat::poisoned(int64_t(Cout) * Tout);
+    DFloat dx = DFloat::from(x), dw = conv_weight(w), y = DFloat::poisoned(int64_t(Cout) * Tout);
     OptionalDevice db(b);
     DFloat scratch(ops::conv_transpose1d_scratch_floats(Cin, Cout, Tin, K, groups));
     ops::conv_transpose1d(context().blas, dx.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K,

@@ -257,7 +257,7 @@ def test_layer_norm_channels(rng: np.random.Generator, c: int, t_len: int, in_pl
     check(f"ada_layer_norm channels {c}x{t_len}", got, want, SHORT_REDUCTION_TOL)
 
 
-@pytest.mark.parametrize("c,t_len", [(1, 1), (64, 7), (257, 1001), (128, 36001)])
+@pytest.mark.parametrize("c,t_len", [(1, 1), (64, 7), (257, 1001), (128, 36001), (2, 300007)])
 @pytest.mark.parametrize("act", ["none", "leaky_relu", "snake"])
 @pytest.mark.parametrize("in_place", [False, True])
 def test_adain(rng: np.random.Generator, c: int, t_len: int, act: str, in_place: bool) -> None:
@@ -267,6 +267,18 @@ def test_adain(rng: np.random.Generator, c: int, t_len: int, act: str, in_place:
     got = gpu.adain(x, style, act, 0.2, alpha if act == "snake" else None, in_place)
     want = ref.adain(f64(x), f64(style), None if act == "none" else act, 0.2, f64(alpha))
     check(f"adain {act} {c}x{t_len}", got, want, reduction_tol(t_len))
+
+
+def test_adain_long_rows_repeatable(rng: np.random.Generator) -> None:
+    """Split statistics (offset mean) combine in a fixed order: identical bits every run."""
+    x = f32(rng.standard_normal((3, 120001)) * 0.5 + 40.0)
+    style = f32(rng.standard_normal(6) * 0.5)
+    alpha = f32(rng.uniform(0.2, 2.0, 3))
+    first = gpu.adain(x, style, "snake", 0.2, alpha, False)
+    want = ref.adain(f64(x), f64(style), "snake", 0.2, f64(alpha))
+    check("adain long rows", first, want, LONG_REDUCTION_TOL)
+    for _ in range(3):
+        assert np.array_equal(gpu.adain(x, style, "snake", 0.2, alpha, False), first)
 
 
 # -------------------------------------------------------------------- conv
@@ -283,7 +295,7 @@ CONV1D_CASES = [
     (45, 31, 89, 11, 1, 5, 1, 1),  # k11 d1
     (45, 31, 89, 11, 1, 15, 3, 1),  # k11 d3
     (45, 31, 89, 11, 1, 25, 5, 1),  # k11 d5
-    (128, 128, 6007, 11, 1, 25, 5, 1),  # k11 d5, long enough for two im2col chunks
+    (128, 128, 6007, 11, 1, 25, 5, 1),  # k11 d5, long enough for two time chunks
     (70, 33, 13, 5, 1, 2, 1, 1),  # text encoder k5 p2
     (70, 33, 1, 5, 1, 2, 1, 1),  # ... on one token
     (22, 40, 121, 12, 6, 3, 1, 1),  # noise_convs[0]: k12 s6 p3
@@ -294,7 +306,7 @@ CONV1D_CASES = [
     (22, 128, 121, 1, 1, 0, 1, 1),  # noise_convs[1]: 1x1 22 -> 128
     (512, 1, 31, 1, 1, 0, 1, 1),  # F0/N projection 1x1 -> 1 channel
     (1090, 100, 33, 3, 1, 1, 1, 1),  # decoder k3 on 1090 channels
-    (1090, 64, 3001, 3, 1, 1, 1, 1),  # ... long: two im2col chunks
+    (1090, 64, 3001, 3, 1, 1, 1, 1),  # ... long: two time chunks
     (16, 16, 29, 3, 1, 1, 1, 16),  # depthwise (direct)
     (8, 6, 23, 3, 1, 1, 1, 2),  # grouped (direct)
     (3, 5, 17, 4, 2, 1, 2, 1),  # tiny dense (direct), stride + dilation

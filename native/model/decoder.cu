@@ -24,8 +24,8 @@ void adain_res_blk1d(const Context& ctx, const std::string& prefix, const float*
 
     // Residual: AdaIN + LeakyReLU, [depthwise x2 upsampler], conv, AdaIN + LeakyReLU, conv.
     float* normed = ctx.floats("block.normed", int64_t(c_in) * T);
-    ops::adain(x, normed, c_in, T, ctx.style(prefix + ".norm1.fc", c_in),
-               ops::Activation::kLeakyRelu, kLeakySlope, nullptr, ctx.stream);
+    ctx.adain(x, normed, c_in, T, prefix + ".norm1.fc", ops::Activation::kLeakyRelu, kLeakySlope,
+              nullptr);
     const float* conv1_in = normed;
     if (upsample) {
         float* pooled = ctx.floats("block.pooled", int64_t(c_in) * t_out);
@@ -34,8 +34,8 @@ void adain_res_blk1d(const Context& ctx, const std::string& prefix, const float*
     }
     float* hidden = ctx.floats("block.hidden", int64_t(c_out) * t_out);
     ctx.conv1d(prefix + ".conv1", conv1_in, hidden, c_in, c_out, t_out, 3, 1, 1, 1, 1, true);
-    ops::adain(hidden, hidden, c_out, t_out, ctx.style(prefix + ".norm2.fc", c_out),
-               ops::Activation::kLeakyRelu, kLeakySlope, nullptr, ctx.stream);
+    ctx.adain(hidden, hidden, c_out, t_out, prefix + ".norm2.fc", ops::Activation::kLeakyRelu,
+              kLeakySlope, nullptr);
     float* residual = ctx.floats("block.residual", int64_t(c_out) * t_out);
     ctx.conv1d(prefix + ".conv2", hidden, residual, c_out, c_out, t_out, 3, 1, 1, 1, 1, true);
 

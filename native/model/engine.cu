@@ -1,7 +1,8 @@
 // The engine: weight upload, workspace, and the forward pass in the order of
 // the official KModel.forward_with_tokens.
 // - Upload: every folded tensor the model uses goes into ONE device arena
-//   (256-byte aligned slices), copied once at construction. LSTM parameters
+//   (256-byte aligned slices), copied once at construction; conv weights
+//   (3-D) in the ops' layout, kernel axis in the middle. LSTM parameters
 //   are stacked per direction with b_ih + b_hh folded (summed in double, as
 //   the CPU backend does); the style projections fc of each style half are
 //   concatenated so one GEMV per half computes every AdaIN style vector.
@@ -114,7 +115,8 @@ int64_t HostTensor::numel() const {
 
 DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim) {
     // Lay out every device tensor as (offset, pieces copied from the host);
-    // derived tensors (folded LSTM biases) are built in `owned` first.
+    // derived tensors (folded LSTM biases, relaid conv weights) are built in
+    // `owned` first.
     struct Piece {
         size_t offset;
         const float* src;
@@ -147,7 +149,15 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim) {
             style_prefixes[static_cast<int>(style_half_of(name))].insert(m[1]);
         } else if (name.rfind("bert.pooler.", 0) != 0) {  // the pooler is unused
             const size_t offset = place(tensor.numel());
-            pieces.push_back({offset, tensor.data, tensor.numel()});
+            const float* src = tensor.data;
+            if (tensor.shape.size() == 3 && tensor.shape[2] > 1) {  // a conv weight
+                owned.emplace_back(static_cast<size_t>(tensor.numel()));
+                ops::conv_weight_to_device_layout(tensor.data, owned.back().data(),
+                                                  tensor.shape[0], int(tensor.shape[1]),
+                                                  int(tensor.shape[2]));
+                src = owned.back().data();
+            }
+            pieces.push_back({offset, src, tensor.numel()});
             offsets[name] = offset;
             entries_[name] = {nullptr, tensor.numel()};
         }
@@ -336,6 +346,14 @@ const float* Context::style(const std::string& fc_prefix, int channels) const {
     return style_out[static_cast<int>(slot.half)] + slot.offset;
 }
 
+void Context::adain(const float* x, float* y, int C, int T, const std::string& fc_prefix,
+                    ops::Activation act, float slope, const float* alpha) const {
+    const int64_t partials = ops::adain_scratch_doubles(C, T);
+    double* scratch = partials > 0 ? ws.doubles(std::string("ops.adain_partials") + tag, partials)
+                                   : nullptr;
+    ops::adain(x, y, C, T, style(fc_prefix, C), act, slope, alpha, scratch, stream);
+}
+
 void Context::record(const char* key, const float* device, std::vector<int64_t> shape) const {
     if (trace == nullptr) return;
     Trace::Array& array = trace->floats[key];
@@ -354,7 +372,7 @@ void Context::conv1d(const std::string& prefix, const float* x, float* y, int c_
     const float* w = weights.get(prefix + ".weight", int64_t(c_out) * (c_in / groups) * kernel);
     const float* b = bias ? weights.get(prefix + ".bias", c_out) : nullptr;
     const int64_t scratch_floats =
-        ops::conv1d_scratch_floats(c_in, t_in, kernel, stride, pad, dilation, groups);
+        ops::conv1d_scratch_floats(c_in, c_out, t_in, kernel, stride, pad, dilation, groups);
     float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
     ops::conv1d(blas, x, w, b, y, c_in, c_out, t_in, kernel, stride, pad, dilation, groups,
                 residual, scratch, stream, math);

@@ -34,12 +34,12 @@ void adain_resblock1(const Context& ctx, const std::string& prefix, const float*
     for (size_t j = 0; j < dilations.size(); ++j) {
         const std::string idx = std::to_string(j);
         const int dilation = dilations[j];
-        ops::adain(in, snaked, C, T, ctx.style(prefix + ".adain1." + idx + ".fc", C),
-                   ops::Activation::kSnake, 0.f, ctx.w(prefix + ".alpha1." + idx, C), ctx.stream);
+        ctx.adain(in, snaked, C, T, prefix + ".adain1." + idx + ".fc", ops::Activation::kSnake, 0.f,
+                  ctx.w(prefix + ".alpha1." + idx, C));
         ctx.conv1d(prefix + ".convs1." + idx, snaked, hidden, C, C, T, kernel, 1,
                    dilation * (kernel - 1) / 2, dilation, 1, true);
-        ops::adain(hidden, hidden, C, T, ctx.style(prefix + ".adain2." + idx + ".fc", C),
-                   ops::Activation::kSnake, 0.f, ctx.w(prefix + ".alpha2." + idx, C), ctx.stream);
+        ctx.adain(hidden, hidden, C, T, prefix + ".adain2." + idx + ".fc", ops::Activation::kSnake,
+                  0.f, ctx.w(prefix + ".alpha2." + idx, C));
         ctx.conv1d(prefix + ".convs2." + idx, hidden, out, C, C, T, kernel, 1, (kernel - 1) / 2, 1,
                    1, true, in);
         in = out;

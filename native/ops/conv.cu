@@ -1,15 +1,28 @@
-// 1-D convolutions on channels-first [C, T] tensors.
+// 1-D convolutions on channels-first [C, T] tensors. Weights come with the
+// kernel axis in the middle (ops.h): Conv1d [Cout, K, Cin/groups],
+// ConvTranspose1d [Cin, K, Cout/groups], so that one tap of every output
+// channel is a [Cout, Cin] matrix with row pitch K * Cin.
 //
-// Conv1d, dense (groups 1) with a reduction Cin * K of at least
-// kMinGemmReduction: im2col into `scratch` (cols[ci * K + k, t] =
-// xpad[ci, t * stride + k * dil], the PyTorch weight [Cout, Cin, K] is then
-// already the [Cout, Cin * K] GEMM operand), one cuBLAS GEMM per time chunk
-// (chunks bound the scratch on long generator sequences), then one epilogue
-// pass for bias and residual. A residual that is y itself folds into the GEMM
-// as beta = 1. 1x1 stride-1 convs skip im2col and multiply x directly.
+// Conv1d, dense, stride 1 (the generator, decoder and text encoder convs):
+// per-tap GEMMs, no im2col. Per time chunk of n outputs, taps grouped by
+// alignment class r = (k * dil) mod 4: the input window with its zero
+// padding is copied once per class, shifted by r (win[ci, j] =
+// xpad[ci, t0 + r + j], row pitch a multiple of 4 floats), then each tap of
+// the class, k * dil = 4q + r, is one GEMM
+//   acc[Cout, n] (+)= w_k[Cout, Cin] @ win[:, 4q : 4q + n]
+// (beta 0 for the first tap, 1 after). Every base and pitch is then 16-byte
+// aligned where Cin % 4 == 0, so cuBLAS can pick its Hopper kernels. Chunks
+// bound acc and win, which then stay in L2 across the taps. One epilogue
+// pass writes y = acc + bias + residual.
+//
+// Conv1d, dense, strided (the noise convs): im2col into `scratch` with
+// tap-major rows (cols[k * Cin + ci, t] = xpad[ci, t * stride + k * dil], so
+// w is the [Cout, K * Cin] GEMM operand as stored), one GEMM per time chunk,
+// then the epilogue for bias and residual; a residual that is y itself folds
+// into the GEMM as beta = 1. 1x1 stride-1 convs multiply x directly.
 //
 // ConvTranspose1d, dense: one GEMM puts every tap of every input step in
-// cols[co * K + k, j] = sum_ci w[ci, co, k] x[ci, j]; a gather kernel then
+// cols[k * Cout + co, j] = sum_ci w[ci, k, co] x[ci, j]; a gather kernel then
 // overlap-adds, each output t reading the (at most ceil(K / stride)) taps
 // that land on it, so no atomics and a fixed summation order.
 //
@@ -27,16 +40,36 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMinGemmReduction = 32;
 constexpr int64_t kIm2colChunkFloats = int64_t(1) << 23;
+// Floats of the larger of acc [Cout, n] and win [Cin, ~n] per time chunk.
+constexpr int64_t kTapChunkFloats = int64_t(1) << 21;
+constexpr int kAlignFloats = 4;  // 16 bytes
+
+int round_up(int n, int to) { return (n + to - 1) / to * to; }
 
 bool conv1d_uses_gemm(int Cin, int K, int groups) {
     return groups == 1 && Cin * K >= kMinGemmReduction;
 }
 bool conv1d_is_pointwise(int K, int stride, int pad) { return K == 1 && stride == 1 && pad == 0; }
+bool conv1d_uses_taps(int K, int stride, int pad) {
+    return stride == 1 && !conv1d_is_pointwise(K, stride, pad);
+}
 int im2col_chunk_cols(int reduction) {
     return int(std::max<int64_t>(256, kIm2colChunkFloats / reduction));
 }
 bool conv_transpose1d_uses_gemm(int Cin, int groups) {
     return groups == 1 && Cin >= kMinGemmReduction;
+}
+
+// The time chunking of a per-tap conv: n outputs per chunk (the acc pitch)
+// and the window pitch ldx, both multiples of kAlignFloats.
+struct TapChunks {
+    int n, ldx;
+};
+TapChunks tap_chunks(int Cin, int Cout, int Tout, int K, int dilation) {
+    const int64_t most = std::max<int64_t>(256, kTapChunkFloats / std::max(Cin, Cout));
+    const int n = int(std::min<int64_t>(most, round_up(Tout, kAlignFloats))) / kAlignFloats *
+                  kAlignFloats;
+    return {n, round_up(n + dilation * (K - 1), kAlignFloats)};
 }
 
 // Calls fn(k, j) for every tap k of a transposed conv whose input step j
@@ -50,23 +83,35 @@ __device__ void for_each_transposed_tap(int t, int K, int stride, int pad, int T
     }
 }
 
-// cols[r, tt] for r = ci * K + k and tt in [0, n): x at column
+// win[ci, j] = x[ci, src0 + j] for j < ldx, zero outside [0, Tin). grid.y = ci.
+__global__ void shifted_window_kernel(const float* x, float* win, int Tin, int src0, int ldx) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= ldx) return;
+    const int src = src0 + j;
+    win[int64_t(blockIdx.y) * ldx + j] =
+        src >= 0 && src < Tin ? x[int64_t(blockIdx.y) * Tin + src] : 0.f;
+}
+
+// cols[r, tt] for r = k * Cin + ci and tt in [0, n): x at column
 // (t0 + tt) * stride - pad + k * dil, zero outside [0, Tin). grid.y = r.
-__global__ void im2col_kernel(const float* x, float* cols, int Tin, int K, int stride, int pad,
+__global__ void im2col_kernel(const float* x, float* cols, int Cin, int Tin, int stride, int pad,
                               int dilation, int t0, int n) {
     const int tt = blockIdx.x * blockDim.x + threadIdx.x;
     if (tt >= n) return;
-    const int r = blockIdx.y, ci = r / K, k = r % K;
+    const int r = blockIdx.y, k = r / Cin, ci = r % Cin;
     const int src = (t0 + tt) * stride - pad + k * dilation;
     cols[int64_t(r) * n + tt] = src >= 0 && src < Tin ? x[int64_t(ci) * Tin + src] : 0.f;
 }
 
-// y[c, t] += b[c] + residual[c, t] (either may be null). grid.y = c.
-__global__ void bias_residual_kernel(float* y, const float* b, const float* residual, int T) {
+// y[c, t] = in[c, t] (+ b[c]) (+ residual[c, t]) for t < n; in has row
+// pitch ld_in, y and residual ld_y (either of b, residual may be null; in
+// and residual may equal y). grid.y = c.
+__global__ void epilogue_kernel(const float* in, int ld_in, const float* b, const float* residual,
+                                float* y, int ld_y, int n) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= T) return;
-    const int64_t i = int64_t(blockIdx.y) * T + t;
-    float v = y[i];
+    if (t >= n) return;
+    const int64_t i = int64_t(blockIdx.y) * ld_y + t;
+    float v = in[int64_t(blockIdx.y) * ld_in + t];
     if (b != nullptr) v += b[blockIdx.y];
     if (residual != nullptr) v += residual[i];
     y[i] = v;
@@ -80,13 +125,13 @@ __global__ void conv1d_direct_kernel(const float* x, const float* w, const float
     if (t >= Tout) return;
     const int co = blockIdx.y;
     const int cin_g = Cin / groups, ci0 = co / (Cout / groups) * cin_g;
-    const float* wr = w + int64_t(co) * cin_g * K;
+    const float* wr = w + int64_t(co) * K * cin_g;
     float acc = 0.f;
     for (int ci = 0; ci < cin_g; ++ci) {
         const float* xr = x + int64_t(ci0 + ci) * Tin;
         for (int k = 0; k < K; ++k) {
             const int src = t * stride - pad + k * dilation;
-            if (src >= 0 && src < Tin) acc += wr[ci * K + k] * xr[src];
+            if (src >= 0 && src < Tin) acc += wr[k * cin_g + ci] * xr[src];
         }
     }
     if (b != nullptr) acc += b[co];
@@ -95,16 +140,16 @@ __global__ void conv1d_direct_kernel(const float* x, const float* w, const float
     y[i] = acc;
 }
 
-// Overlap-add of the per-tap GEMM output cols [Cout * K, Tin] (+ bias). grid.y = co.
-__global__ void col2im_kernel(const float* cols, const float* b, float* y, int Tin, int Tout,
-                              int K, int stride, int pad) {
+// Overlap-add of the per-tap GEMM output cols [K * Cout, Tin] (+ bias). grid.y = co.
+__global__ void col2im_kernel(const float* cols, const float* b, float* y, int Cout, int Tin,
+                              int Tout, int K, int stride, int pad) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= Tout) return;
     const int co = blockIdx.y;
-    const float* cr = cols + int64_t(co) * K * Tin;
     float acc = 0.f;
-    for_each_transposed_tap(t, K, stride, pad, Tin,
-                            [&](int k, int j) { acc += cr[int64_t(k) * Tin + j]; });
+    for_each_transposed_tap(t, K, stride, pad, Tin, [&](int k, int j) {
+        acc += cols[(int64_t(k) * Cout + co) * Tin + j];
+    });
     if (b != nullptr) acc += b[co];
     y[int64_t(co) * Tout + t] = acc;
 }
@@ -121,7 +166,7 @@ __global__ void conv_transpose1d_direct_kernel(const float* x, const float* w, c
     float acc = 0.f;
     for_each_transposed_tap(t, K, stride, pad, Tin, [&](int k, int j) {
         for (int ci = g * cin_g; ci < (g + 1) * cin_g; ++ci) {
-            acc += w[(int64_t(ci) * cout_g + co_l) * K + k] * x[int64_t(ci) * Tin + j];
+            acc += w[(int64_t(ci) * K + k) * cout_g + co_l] * x[int64_t(ci) * Tin + j];
         }
     });
     if (b != nullptr) acc += b[co];
@@ -130,7 +175,56 @@ __global__ void conv_transpose1d_direct_kernel(const float* x, const float* w, c
 
 dim3 per_channel_grid(int C, int T) { return dim3(unsigned((T + kThreads - 1) / kThreads), unsigned(C)); }
 
+void launch_epilogue(const float* in, int ld_in, const float* b, const float* residual, float* y,
+                     int C, int ld_y, int n, cudaStream_t stream) {
+    epilogue_kernel<<<per_channel_grid(C, n), kThreads, 0, stream>>>(in, ld_in, b, residual, y,
+                                                                     ld_y, n);
+    KOKORO_CHECK_LAUNCH("epilogue_kernel");
+}
+
+// The per-tap path (header comment); scratch holds acc [Cout, n] then win [Cin, ldx].
+void conv1d_taps(cublasHandle_t handle, const float* x, const float* w, const float* b, float* y,
+                 int Cin, int Cout, int Tin, int Tout, int K, int pad, int dilation,
+                 const float* residual, float* scratch, cudaStream_t stream, GemmMath math) {
+    const TapChunks chunks = tap_chunks(Cin, Cout, Tout, K, dilation);
+    float* acc = scratch;
+    float* win = scratch + int64_t(Cout) * chunks.n;
+    for (int t0 = 0; t0 < Tout; t0 += chunks.n) {
+        const int n = std::min(chunks.n, Tout - t0);
+        bool first = true;
+        for (int r = 0; r < kAlignFloats; ++r) {
+            bool copied = false;
+            for (int k = 0; k < K; ++k) {
+                const int offset = k * dilation;
+                if (offset % kAlignFloats != r) continue;
+                if (!copied) {
+                    shifted_window_kernel<<<per_channel_grid(Cin, chunks.ldx), kThreads, 0,
+                                            stream>>>(x, win, Tin, t0 - pad + r, chunks.ldx);
+                    KOKORO_CHECK_LAUNCH("shifted_window_kernel");
+                    copied = true;
+                }
+                matmul(handle, false, false, Cout, n, Cin, w + int64_t(k) * Cin, K * Cin,
+                       win + (offset - r), chunks.ldx, first ? 0.f : 1.f, acc, chunks.n, stream,
+                       math);
+                first = false;
+            }
+        }
+        launch_epilogue(acc, chunks.n, b, residual == nullptr ? nullptr : residual + t0, y + t0,
+                        Cout, Tout, n, stream);
+    }
+}
+
 }  // namespace
+
+void conv_weight_to_device_layout(const float* src, float* dst, int64_t A, int B, int K) {
+    for (int64_t a = 0; a < A; ++a) {
+        const float* s = src + a * B * K;
+        float* d = dst + a * B * K;
+        for (int k = 0; k < K; ++k) {
+            for (int i = 0; i < B; ++i) d[int64_t(k) * B + i] = s[int64_t(i) * K + k];
+        }
+    }
+}
 
 int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation) {
     return (Tin + 2 * pad - dilation * (K - 1) - 1) / stride + 1;
@@ -140,11 +234,16 @@ int conv_transpose1d_out_len(int Tin, int K, int stride, int pad, int output_pad
     return (Tin - 1) * stride - 2 * pad + (K - 1) + output_padding + 1;
 }
 
-int64_t conv1d_scratch_floats(int Cin, int Tin, int K, int stride, int pad, int dilation,
-                              int groups) {
+int64_t conv1d_scratch_floats(int Cin, int Cout, int Tin, int K, int stride, int pad,
+                              int dilation, int groups) {
     if (!conv1d_uses_gemm(Cin, K, groups) || conv1d_is_pointwise(K, stride, pad)) return 0;
-    const int reduction = Cin * K;
     const int Tout = conv1d_out_len(Tin, K, stride, pad, dilation);
+    if (Tout <= 0) return 0;
+    if (conv1d_uses_taps(K, stride, pad)) {
+        const TapChunks chunks = tap_chunks(Cin, Cout, Tout, K, dilation);
+        return int64_t(Cout) * chunks.n + int64_t(Cin) * chunks.ldx;
+    }
+    const int reduction = Cin * K;
     return int64_t(reduction) * std::min(Tout, im2col_chunk_cols(reduction));
 }
 
@@ -163,6 +262,11 @@ void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* 
         KOKORO_CHECK_LAUNCH("conv1d_direct_kernel");
         return;
     }
+    if (conv1d_uses_taps(K, stride, pad)) {
+        conv1d_taps(handle, x, w, b, y, Cin, Cout, Tin, Tout, K, pad, dilation, residual, scratch,
+                    stream, math);
+        return;
+    }
     const bool residual_in_place = residual == y;
     const float beta = residual_in_place ? 1.f : 0.f;
     const int reduction = Cin * K;
@@ -173,7 +277,7 @@ void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* 
         for (int t0 = 0; t0 < Tout; t0 += chunk) {
             const int n = std::min(chunk, Tout - t0);
             im2col_kernel<<<per_channel_grid(reduction, n), kThreads, 0, stream>>>(
-                x, scratch, Tin, K, stride, pad, dilation, t0, n);
+                x, scratch, Cin, Tin, stride, pad, dilation, t0, n);
             KOKORO_CHECK_LAUNCH("im2col_kernel");
             matmul(handle, false, false, Cout, n, reduction, w, reduction, scratch, n, beta, y + t0,
                    Tout, stream, math);
@@ -181,9 +285,7 @@ void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* 
     }
     const float* residual_pass = residual_in_place ? nullptr : residual;
     if (b != nullptr || residual_pass != nullptr) {
-        bias_residual_kernel<<<per_channel_grid(Cout, Tout), kThreads, 0, stream>>>(
-            y, b, residual_pass, Tout);
-        KOKORO_CHECK_LAUNCH("bias_residual_kernel");
+        launch_epilogue(y, Tout, b, residual_pass, y, Cout, Tout, Tout, stream);
     }
 }
 
@@ -199,10 +301,10 @@ void conv_transpose1d(cublasHandle_t handle, const float* x, const float* w, con
         KOKORO_CHECK_LAUNCH("conv_transpose1d_direct_kernel");
         return;
     }
-    matmul(handle, true, false, Cout * K, Tin, Cin, w, Cout * K, x, Tin, 0.f, scratch, Tin, stream,
+    matmul(handle, true, false, K * Cout, Tin, Cin, w, K * Cout, x, Tin, 0.f, scratch, Tin, stream,
            math);
-    col2im_kernel<<<per_channel_grid(Cout, Tout), kThreads, 0, stream>>>(scratch, b, y, Tin, Tout,
-                                                                         K, stride, pad);
+    col2im_kernel<<<per_channel_grid(Cout, Tout), kThreads, 0, stream>>>(scratch, b, y, Cout, Tin,
+                                                                         Tout, K, stride, pad);
     KOKORO_CHECK_LAUNCH("col2im_kernel");
 }
 

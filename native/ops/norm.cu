@@ -6,9 +6,19 @@
 // Statistics are two-pass (mean, then the mean of squared deviations), as the
 // reference computes them; no E[x^2] - E[x]^2 cancellation. Rows: one warp
 // per row. Channels-first: 32 time steps per block, 8 thread rows splitting
-// the channels. AdaIN: one block per channel, accumulating in double because
-// generator rows are tens of thousands of samples long.
+// the channels.
+//
+// AdaIN rows (time per channel) reach ~100k samples in the generator, so
+// rows longer than one statistics block are split: pass 1 runs up to 64
+// blocks per channel, each writing the count, sum and squared deviations
+// about its own mean (double) to the caller's scratch; pass 2 tiles every row
+// over many blocks, each combining its channel's partials in a fixed order
+// (no atomics: bit-for-bit repeatable) before the fused affine + activation.
+// Short rows take one fused block per channel. Bodies move as float4 from
+// each row's first 16-byte boundary; heads and tails go scalar.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "kokoro/check.h"
 #include "kokoro/ops.h"
@@ -29,7 +39,8 @@ struct Affine {
     }
 };
 
-__device__ float warp_sum(float v) {
+template <typename T>
+__device__ T warp_sum(T v) {
     for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
 }
@@ -92,9 +103,16 @@ __global__ void layer_norm_channels_kernel(const float* x, float* y, int C, int 
 }
 
 constexpr int kAdainThreads = 256;
+constexpr int kStatsChunk = 4096;  // elements per statistics block; longer rows are split
+constexpr int kMaxParts = 64;      // statistics blocks per channel at most
+constexpr int kApplyVecs = 512;    // float4s per apply block (2 per thread)
+constexpr int kPartialDoubles = 3; // count, sum, sum of squared deviations
+static_assert(kMaxParts % 32 == 0, "the combining warp takes kMaxParts / 32 partials per lane");
+
+int stats_parts(int T) { return std::clamp((T + kStatsChunk - 1) / kStatsChunk, 1, kMaxParts); }
 
 __device__ double block_sum(double v, double* scratch) {
-    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+    v = warp_sum(v);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if (lane == 0) scratch[warp] = v;
     __syncthreads();
@@ -104,35 +122,182 @@ __device__ double block_sum(double v, double* scratch) {
     return total;
 }
 
-// One block per channel of x [C, T].
-__global__ void adain_kernel(const float* x, float* y, int C, int T, const float* style,
-                             Activation act, float act_slope, const float* alpha) {
+// One block's share of a row xr [T]: the row is a scalar head up to the first
+// 16-byte boundary, a float4 body and a scalar tail; `part` of `parts` takes
+// body vectors [v0, v1), the first part also the head, the last the tail.
+struct Piece {
+    int head, vecs, tail, v0, v1;
+    bool first, last;
+
+    __device__ Piece(const float* xr, int T, int part, int parts) {
+        head = min(T, int((16 - reinterpret_cast<uintptr_t>(xr) % 16) % 16 / sizeof(float)));
+        vecs = (T - head) / 4;
+        tail = T - head - 4 * vecs;
+        const int per = (vecs + parts - 1) / parts;
+        v0 = min(vecs, part * per);
+        v1 = min(vecs, v0 + per);
+        first = part == 0;
+        last = part == parts - 1;
+    }
+    __device__ int count() const { return 4 * (v1 - v0) + (first ? head : 0) + (last ? tail : 0); }
+    // vec(i) for each 16-byte aligned body element i (4 at a time), scalar(i)
+    // for each head / tail element, spread over the block's threads.
+    template <typename Vec, typename Scalar>
+    __device__ void visit(Vec vec, Scalar scalar) const {
+        for (int v = v0 + int(threadIdx.x); v < v1; v += blockDim.x) vec(head + 4 * v);
+        const int t = threadIdx.x;
+        if (first && t < head) scalar(t);
+        if (last && t < tail) scalar(head + 4 * vecs + t);
+    }
+};
+
+// Block-wide sum over the piece of term(x), in double.
+template <typename Term>
+__device__ double piece_sum(const float* xr, const Piece& p, Term term, double* scratch) {
+    double acc = 0.0;
+    p.visit(
+        [&](int i) {
+            const float4 q = *reinterpret_cast<const float4*>(xr + i);
+            acc += (term(q.x) + term(q.y)) + (term(q.z) + term(q.w));
+        },
+        [&](int i) { acc += term(xr[i]); });
+    return block_sum(acc, scratch);
+}
+
+// Sum and sum of squared deviations from the piece's own mean (two passes;
+// the second re-reads the piece from cache).
+__device__ double2 piece_stats(const float* xr, const Piece& p, double* scratch) {
+    const double sum = piece_sum(xr, p, [](float v) { return double(v); }, scratch);
+    const int n = p.count();
+    const double center = n > 0 ? sum / n : 0.0;
+    const double m2 = piece_sum(
+        xr, p,
+        [center](float v) {
+            const double d = double(v) - center;
+            return d * d;
+        },
+        scratch);
+    return make_double2(sum, m2);
+}
+
+struct AdainArgs {
+    const float* x;
+    float* y;
+    int C, T;
+    const float* style;
+    Activation act;
+    float slope;
+    const float* alpha;
+    bool vec_store;  // y's rows share x's 16-byte alignment
+};
+
+// Normalisation, style affine and activation of one channel.
+struct ChannelApply {
+    float mean, rstd, scale, shift, slope, alpha, inv_alpha;
+    Activation act;
+
+    __device__ ChannelApply(const AdainArgs& a, int c, double mean_, double var) {
+        mean = float(mean_);
+        rstd = float(1.0 / sqrt(var + 1e-5));
+        scale = 1.f + a.style[c];
+        shift = a.style[a.C + c];
+        slope = a.slope;
+        alpha = a.act == Activation::kSnake ? a.alpha[c] : 1.f;
+        inv_alpha = 1.f / alpha;
+        act = a.act;
+    }
+    __device__ float operator()(float x) const {
+        float v = scale * ((x - mean) * rstd) + shift;
+        if (act == Activation::kLeakyRelu) {
+            v = v >= 0.f ? v : v * slope;
+        } else if (act == Activation::kSnake) {
+            const float s = sinf(alpha * v);
+            v = v + inv_alpha * (s * s);
+        }
+        return v;
+    }
+};
+
+__device__ void apply_piece(const AdainArgs& a, int c, const Piece& p, const ChannelApply& f) {
+    const float* xr = a.x + int64_t(c) * a.T;
+    float* yr = a.y + int64_t(c) * a.T;
+    p.visit(
+        [&](int i) {
+            const float4 q = *reinterpret_cast<const float4*>(xr + i);
+            const float4 r = make_float4(f(q.x), f(q.y), f(q.z), f(q.w));
+            if (a.vec_store) {
+                *reinterpret_cast<float4*>(yr + i) = r;
+            } else {
+                yr[i] = r.x;
+                yr[i + 1] = r.y;
+                yr[i + 2] = r.z;
+                yr[i + 3] = r.w;
+            }
+        },
+        [&](int i) { yr[i] = f(xr[i]); });
+}
+
+// Rows of one statistics block: one block per channel, statistics and apply.
+__global__ void adain_fused_kernel(AdainArgs a) {
     __shared__ double scratch[kAdainThreads / 32];
     const int c = blockIdx.x;
-    const float* xr = x + int64_t(c) * T;
-    float* yr = y + int64_t(c) * T;
-    double sum = 0.0;
-    for (int t = threadIdx.x; t < T; t += blockDim.x) sum += xr[t];
-    const float mean = float(block_sum(sum, scratch) / T);
-    double sq = 0.0;
-    for (int t = threadIdx.x; t < T; t += blockDim.x) {
-        const float d = xr[t] - mean;
-        sq += double(d) * d;
+    const Piece p(a.x + int64_t(c) * a.T, a.T, 0, 1);
+    const double2 s = piece_stats(a.x + int64_t(c) * a.T, p, scratch);
+    apply_piece(a, c, p, ChannelApply(a, c, s.x / a.T, s.y / a.T));
+}
+
+// Long rows, pass 1: block (part, c) writes {count, sum, m2} of its piece to
+// partials[(c * parts + part) * 3].
+__global__ void adain_stats_kernel(AdainArgs a, double* partials) {
+    __shared__ double scratch[kAdainThreads / 32];
+    const int c = blockIdx.y, part = blockIdx.x;
+    const float* xr = a.x + int64_t(c) * a.T;
+    const Piece p(xr, a.T, part, gridDim.x);
+    const double2 s = piece_stats(xr, p, scratch);
+    if (threadIdx.x == 0) {
+        double* out = partials + (int64_t(c) * gridDim.x + part) * kPartialDoubles;
+        out[0] = p.count();
+        out[1] = s.x;
+        out[2] = s.y;
     }
-    const float denom = sqrtf(float(block_sum(sq, scratch) / T) + 1e-5f);
-    const float scale = 1.f + style[c], shift = style[C + c];
-    const float a = act == Activation::kSnake ? alpha[c] : 1.f;
-    const float inv_a = 1.f / a;
-    for (int t = threadIdx.x; t < T; t += blockDim.x) {
-        float v = scale * ((xr[t] - mean) / denom) + shift;
-        if (act == Activation::kLeakyRelu) {
-            v = v >= 0.f ? v : v * act_slope;
-        } else if (act == Activation::kSnake) {
-            const float s = sinf(a * v);
-            v = v + inv_a * (s * s);
+}
+
+// Long rows, pass 2: block (tile, c) combines the channel's partials (warp 0:
+// lane l takes partials l, l + 32, ...; Chan et al.: m2 = sum of m2_b +
+// n_b (mean_b - mean)^2; a fixed shuffle tree, so every run adds in the same
+// order), then applies its tile.
+__global__ void adain_apply_kernel(AdainArgs a, const double* partials, int parts) {
+    __shared__ double stats[2];
+    const int c = blockIdx.y;
+    if (threadIdx.x < 32) {
+        constexpr int kPerLane = kMaxParts / 32;
+        const double* pc = partials + int64_t(c) * parts * kPartialDoubles;
+        double n[kPerLane], sums[kPerLane], m2s[kPerLane], sum = 0.0;
+        for (int k = 0; k < kPerLane; ++k) {
+            const int b = int(threadIdx.x) + 32 * k;
+            const bool live = b < parts;
+            n[k] = live ? pc[b * kPartialDoubles] : 0.0;
+            sums[k] = live ? pc[b * kPartialDoubles + 1] : 0.0;
+            m2s[k] = live ? pc[b * kPartialDoubles + 2] : 0.0;
+            sum += sums[k];
         }
-        yr[t] = v;
+        const double mean = warp_sum(sum) / a.T;
+        double m2 = 0.0;
+        for (int k = 0; k < kPerLane; ++k) {
+            if (n[k] > 0) {
+                const double d = sums[k] - n[k] * mean;
+                m2 += m2s[k] + d * d / n[k];
+            }
+        }
+        m2 = warp_sum(m2);
+        if (threadIdx.x == 0) {
+            stats[0] = mean;
+            stats[1] = m2 / a.T;
+        }
     }
+    __syncthreads();
+    apply_piece(a, c, Piece(a.x + int64_t(c) * a.T, a.T, blockIdx.x, gridDim.x),
+                ChannelApply(a, c, stats[0], stats[1]));
 }
 
 }  // namespace
@@ -157,12 +322,30 @@ void layer_norm_channels(const float* x, float* y, int C, int T, const float* ga
     KOKORO_CHECK_LAUNCH("layer_norm_channels_kernel");
 }
 
+int64_t adain_scratch_doubles(int C, int T) {
+    const int parts = stats_parts(T);
+    return parts > 1 ? int64_t(C) * parts * kPartialDoubles : 0;
+}
+
 void adain(const float* x, float* y, int C, int T, const float* style, Activation act,
-           float act_slope, const float* alpha, cudaStream_t stream) {
-    if (C == 0) return;
-    adain_kernel<<<unsigned(C), kAdainThreads, 0, stream>>>(x, y, C, T, style, act, act_slope,
-                                                             alpha);
-    KOKORO_CHECK_LAUNCH("adain_kernel");
+           float act_slope, const float* alpha, double* scratch, cudaStream_t stream) {
+    if (C == 0 || T == 0) return;
+    const bool vec_store =
+        (reinterpret_cast<uintptr_t>(x) - reinterpret_cast<uintptr_t>(y)) % 16 == 0;
+    const AdainArgs args{x, y, C, T, style, act, act_slope, alpha, vec_store};
+    const int parts = stats_parts(T);
+    if (parts == 1) {
+        adain_fused_kernel<<<unsigned(C), kAdainThreads, 0, stream>>>(args);
+        KOKORO_CHECK_LAUNCH("adain_fused_kernel");
+        return;
+    }
+    adain_stats_kernel<<<dim3(unsigned(parts), unsigned(C)), kAdainThreads, 0, stream>>>(args,
+                                                                                       scratch);
+    KOKORO_CHECK_LAUNCH("adain_stats_kernel");
+    const int tiles = std::max(1, (T / 4 + kApplyVecs - 1) / kApplyVecs);
+    adain_apply_kernel<<<dim3(unsigned(tiles), unsigned(C)), kAdainThreads, 0, stream>>>(
+        args, scratch, parts);
+    KOKORO_CHECK_LAUNCH("adain_apply_kernel");
 }
 
 }  // namespace kokoro::ops

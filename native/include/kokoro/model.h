@@ -215,6 +215,10 @@ struct Context {
     void conv_transpose1d(const std::string& prefix, const float* x, float* y, int c_in, int c_out,
                           int t_in, int kernel, int stride, int pad, int output_padding,
                           int groups) const;
+    // AdaIN1d + activation on x [C, T] -> y (may equal x), with the style of
+    // the projection `fc_prefix`; `alpha` only for Snake.
+    void adain(const float* x, float* y, int C, int T, const std::string& fc_prefix,
+               ops::Activation act, float slope, const float* alpha) const;
     // Linear on rows: y [rows, out] = x [rows, in] @ W^T + b (+ beta * y).
     void linear(const std::string& prefix, const float* x, float* y, int rows, int in, int out,
                 float beta = 0.f) const;

@@ -8,9 +8,10 @@
 // - Sequences in the convolutional parts are channels-first: [C, T] (the
 //   PyTorch [1, C, T] layout without the batch axis). Linear layers and
 //   attention work on time-major [T, C] rows.
-// - Weights are in PyTorch's layout with weight norm already folded:
-//   Linear [out, in], Conv1d [Cout, Cin/groups, K], ConvTranspose1d
-//   [Cin, Cout/groups, K].
+// - Weights have weight norm already folded. Linear weights are in
+//   PyTorch's layout [out, in]; conv weights have the kernel axis moved to
+//   the middle (conv_weight_to_device_layout): Conv1d [Cout, K, Cin/groups],
+//   ConvTranspose1d [Cin, K, Cout/groups].
 // - Every op is enqueued on `stream` and returns immediately; launch errors
 //   are checked (KOKORO_CHECK_LAUNCH) and thrown as kokoro::CudaError.
 // - Output buffers never alias inputs unless the op says "in place".
@@ -108,27 +109,33 @@ enum class Activation { kNone = 0, kLeakyRelu = 1, kSnake = 2 };
 // AdaIN1d: instance norm over time per channel (eps 1e-5, biased variance),
 // then (1 + gamma[c]) * xhat + beta[c], with style[0:C] = gamma and
 // style[C:2C] = beta; then the activation: LeakyReLU(act_slope) or Snake
-// x + sin(alpha[c] x)^2 / alpha[c]. x, y: [C, T]; y may equal x.
+// x + sin(alpha[c] x)^2 / alpha[c]. x, y: [C, T]; y may equal x. Long rows
+// split their statistics over several blocks, whose partials go to
+// `scratch`: adain_scratch_doubles(C, T) doubles (not floats; 0: may be null).
 void adain(const float* x, float* y, int C, int T, const float* style, Activation act,
-           float act_slope, const float* alpha, cudaStream_t stream);
+           float act_slope, const float* alpha, double* scratch, cudaStream_t stream);
+int64_t adain_scratch_doubles(int C, int T);
 
 // ------------------------------------------------------------------ conv.cu
+// Host-side: a PyTorch conv weight [A, B, K] in the device layout [A, K, B]
+// (dst[a, k, i] = src[a, i, k]); dst must not overlap src.
+void conv_weight_to_device_layout(const float* src, float* dst, int64_t A, int B, int K);
 // Conv1d: x [Cin, Tin] -> y [Cout, Tout], Tout = (Tin + 2 pad - dil (K - 1) - 1) / stride + 1.
-// w [Cout, Cin / groups, K]; b [Cout] or null. If `residual` is non-null,
-// y = conv(x) + residual (residual [Cout, Tout], may equal y). Dense convs
-// with a long enough reduction run as im2col (chunked over time) + one GEMM
-// per chunk; grouped and tiny ones run as a direct kernel.
+// w [Cout, K, Cin / groups]; b [Cout] or null. If `residual` is non-null,
+// y = conv(x) + residual (residual [Cout, Tout], may equal y). Dense stride-1
+// convs run as one GEMM per tap (chunked over time), dense strided ones as
+// im2col + one GEMM per chunk; grouped and tiny ones as a direct kernel.
 void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* b, float* y,
             int Cin, int Cout, int Tin, int K, int stride, int pad, int dilation, int groups,
             const float* residual, float* scratch, cudaStream_t stream,
             GemmMath math = GemmMath::kFp32);
 int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation);
-int64_t conv1d_scratch_floats(int Cin, int Tin, int K, int stride, int pad, int dilation,
-                              int groups);
+int64_t conv1d_scratch_floats(int Cin, int Cout, int Tin, int K, int stride, int pad,
+                              int dilation, int groups);
 // ConvTranspose1d: x [Cin, Tin] -> y [Cout, Tout],
 // Tout = (Tin - 1) stride - 2 pad + (K - 1) + output_padding + 1.
-// w [Cin, Cout / groups, K]; b [Cout] or null. Dense ones run as one GEMM onto
-// every tap (cols [Cout * K, Tin]) + an overlap-add gather; grouped ones
+// w [Cin, K, Cout / groups]; b [Cout] or null. Dense ones run as one GEMM onto
+// every tap (cols [K * Cout, Tin]) + an overlap-add gather; grouped ones
 // (the depthwise upsampler) as a direct kernel.
 void conv_transpose1d(cublasHandle_t handle, const float* x, const float* w, const float* b,
                       float* y, int Cin, int Cout, int Tin, int K, int stride, int pad,
