@@ -354,11 +354,10 @@ def run_ours_batch(
             else ("needs the medium case")
         )
         return [row]
-    ids = [medium.ids] * args.batch_size
-    styles = [medium.ref_s] * args.batch_size
+    items = [(medium.ids, medium.ref_s, 1.0, 0)] * args.batch_size
 
     def call() -> list[tuple[np.ndarray, np.ndarray]]:
-        return forward_batch(ids, styles, 1.0, deterministic=True, seed=0)
+        return forward_batch(items, deterministic=True)
 
     outputs = call()
     row.frames = int(sum(int(np.sum(d)) for _, d in outputs))
