@@ -302,9 +302,16 @@ py::array_t<float> adain(const FloatArray& x, const FloatArray& style, const std
 }
 
 // ------------------------------------------------------------------ conv
+ops::GemmMath gemm_math(const std::string& math) {
+    if (math == "fp32") return ops::GemmMath::kFp32;
+    require(math == "tf32", "unknown math " + math + " (fp32 or tf32)");
+    return ops::GemmMath::kTf32;
+}
+
 py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const OptionalFloat& b,
                           int stride, int pad, int dilation, int groups,
-                          const OptionalFloat& residual, bool residual_in_place) {
+                          const OptionalFloat& residual, bool residual_in_place,
+                          const std::string& math) {
     require_ndim(x, 2, "x");
     require_ndim(w, 3, "w");
     const int Cin = dim(x, 0), Tin = dim(x, 1), Cout = dim(w, 0), K = dim(w, 2);
@@ -319,8 +326,47 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
     const float* res_ptr = res_into_y ? y.get() : dres.get();
     DFloat scratch(ops::conv1d_scratch_floats(Cin, Cout, Tin, K, stride, pad, dilation, groups));
     ops::conv1d(context().blas, dx.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K, stride,
-                pad, dilation, groups, res_ptr, scratch.get(), stream());
+                pad, dilation, groups, res_ptr, scratch.get(), stream(), gemm_math(math));
     return y.download({Cout, Tout});
+}
+
+// Benchmark helper: milliseconds per call of a dense stride-1 conv1d with
+// bias on device-resident inputs, from CUDA events around `repeats` calls
+// after one untimed call.
+double conv1d_time_ms(const FloatArray& x, const FloatArray& w, const FloatArray& b, int pad,
+                      int dilation, const std::string& math, int repeats) {
+    require_ndim(x, 2, "x");
+    require_ndim(w, 3, "w");
+    const int Cin = dim(x, 0), Tin = dim(x, 1), Cout = dim(w, 0), K = dim(w, 2);
+    require(dim(w, 1) == Cin && dim(b, 0) == Cout, "conv1d_time_ms: w, b do not match x");
+    require(repeats > 0, "conv1d_time_ms: repeats must be positive");
+    const int Tout = ops::conv1d_out_len(Tin, K, 1, pad, dilation);
+    require(Tout > 0, "conv1d_time_ms: input too short");
+    DFloat dx = DFloat::from(x), dw = conv_weight(w), db = DFloat::from(b);
+    DFloat y = DFloat::poisoned(int64_t(Cout) * Tout);
+    DFloat scratch(ops::conv1d_scratch_floats(Cin, Cout, Tin, K, 1, pad, dilation, 1));
+    const ops::GemmMath m = gemm_math(math);
+    auto call = [&] {
+        ops::conv1d(context().blas, dx.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K, 1,
+                    pad, dilation, 1, nullptr, scratch.get(), stream(), m);
+    };
+    struct Events {
+        cudaEvent_t start = nullptr, stop = nullptr;
+        ~Events() {
+            (void)cudaEventDestroy(start);  // destructors cannot throw
+            (void)cudaEventDestroy(stop);
+        }
+    } ev;
+    KOKORO_CUDA_CHECK(cudaEventCreate(&ev.start));
+    KOKORO_CUDA_CHECK(cudaEventCreate(&ev.stop));
+    call();
+    KOKORO_CUDA_CHECK(cudaEventRecord(ev.start, stream()));
+    for (int i = 0; i < repeats; ++i) call();
+    KOKORO_CUDA_CHECK(cudaEventRecord(ev.stop, stream()));
+    KOKORO_CUDA_CHECK(cudaEventSynchronize(ev.stop));
+    float ms = 0.f;
+    KOKORO_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start, ev.stop));
+    return double(ms) / repeats;
 }
 
 py::array_t<float> conv_transpose1d(const FloatArray& x, const FloatArray& w, const OptionalFloat& b,
@@ -433,7 +479,9 @@ void register_ops(py::module_& m) {
           "alpha"_a = py::none(), "in_place"_a = false);
     o.def("conv1d", &conv1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1, "pad"_a = 0,
           "dilation"_a = 1, "groups"_a = 1, "residual"_a = py::none(),
-          "residual_in_place"_a = false);
+          "residual_in_place"_a = false, "math"_a = "fp32");
+    o.def("conv1d_time_ms", &conv1d_time_ms, "x"_a, "w"_a, "b"_a, "pad"_a, "dilation"_a,
+          "math"_a = "tf32", "repeats"_a = 20);
     o.def("conv_transpose1d", &conv_transpose1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1,
           "pad"_a = 0, "output_padding"_a = 0, "groups"_a = 1);
     o.def("lstm_bidirectional", &lstm_bidirectional, "x"_a, "w_ih"_a, "w_hh"_a, "b"_a);

@@ -330,6 +330,53 @@ def test_conv1d(rng: np.random.Generator, case: tuple[int, ...]) -> None:
         check(f"conv1d + residual (in place {in_place}) {case}", got, want + f64(residual), tol)
 
 
+# math="tf32" (precision "fast"): dense stride-1 convs with K >= 2 run the
+# implicit-GEMM tensor-core kernel (128 x 128 tiles over Cout x T, 32-channel
+# reduction chunks), the rest cuBLAS in TF32. (Cin, Cout, Tin, K, pad,
+# dilation): every K / dilation the model uses, T and channels off the tile
+# sizes, T = 1, Cin % 4 != 0 (4-byte weight copies).
+FAST_CONV1D_CASES = [
+    (64, 48, 101, 3, 1, 1),
+    (64, 48, 101, 3, 3, 3),
+    (36, 29, 53, 3, 5, 5),
+    (37, 29, 53, 3, 5, 5),
+    (64, 64, 97, 7, 3, 1),
+    (33, 40, 61, 7, 9, 3),
+    (40, 40, 61, 7, 15, 5),
+    (45, 31, 89, 11, 5, 1),
+    (48, 31, 89, 11, 15, 3),
+    (128, 128, 1001, 11, 25, 5),  # many time tiles, halo of 50
+    (256, 256, 333, 3, 1, 1),  # two Cout tiles, eight reduction chunks
+    (130, 200, 1, 3, 1, 1),  # T = 1
+    (512, 512, 13, 5, 2, 1),  # text encoder k5
+    (1090, 100, 33, 3, 1, 1),  # decoder k3, Cin % 4 == 2
+    (128, 22, 257, 7, 3, 1),  # conv_post
+    (130, 65, 77, 1, 0, 1),  # 1x1 (cuBLAS TF32)
+]
+# TF32 rounds each operand to 11 significant bits: the normwise error of a
+# long random dot product lands near 3e-4.
+TF32_TOL = 1e-3
+
+
+@pytest.mark.parametrize("case", FAST_CONV1D_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_conv1d_tf32(rng: np.random.Generator, case: tuple[int, ...]) -> None:
+    c_in, c_out, t_in, k, pad, dilation = case
+    x = f32(rng.standard_normal((c_in, t_in)))
+    w = f32(rng.standard_normal((c_out, c_in, k)) / math.sqrt(c_in * k))
+    b = f32(rng.standard_normal(c_out))
+    want = ref.conv1d(f64(x), f64(w), f64(b), 1, pad, dilation, 1)
+    got = gpu.conv1d(x, w, b, 1, pad, dilation, math="tf32")
+    check(f"conv1d tf32 {case}", got, want, TF32_TOL)
+    nobias = ref.conv1d(f64(x), f64(w), None, 1, pad, dilation, 1)
+    check(
+        f"conv1d tf32 no bias {case}", gpu.conv1d(x, w, None, 1, pad, dilation, math="tf32"), nobias, TF32_TOL
+    )
+    residual = f32(rng.standard_normal(want.shape))
+    for in_place in (False, True):
+        got = gpu.conv1d(x, w, b, 1, pad, dilation, 1, residual, in_place, "tf32")
+        check(f"conv1d tf32 + residual (in place {in_place}) {case}", got, want + f64(residual), TF32_TOL)
+
+
 # (Cin, Cout, Tin, K, stride, pad, output_padding, groups)
 CONV_TRANSPOSE_CASES = [
     (64, 48, 17, 20, 10, 5, 0, 1),  # ups[0]: k20 s10 p5

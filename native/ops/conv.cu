@@ -3,10 +3,10 @@
 // ConvTranspose1d [Cin, K, Cout/groups], so that one tap of every output
 // channel is a [Cout, Cin] matrix with row pitch K * Cin.
 //
-// Conv1d, dense, stride 1 (the generator, decoder and text encoder convs):
-// per-tap GEMMs, no im2col. Per time chunk of n outputs, taps grouped by
-// alignment class r = (k * dil) mod 4: the input window with its zero
-// padding is copied once per class, shifted by r (win[ci, j] =
+// Conv1d, dense, stride 1 (the generator, decoder and text encoder convs), in
+// fp32 mode: per-tap GEMMs, no im2col. Per time chunk of n outputs, taps
+// grouped by alignment class r = (k * dil) mod 4: the input window with its
+// zero padding is copied once per class, shifted by r (win[ci, j] =
 // xpad[ci, t0 + r + j], row pitch a multiple of 4 floats), then each tap of
 // the class, k * dil = 4q + r, is one GEMM
 //   acc[Cout, n] (+)= w_k[Cout, Cin] @ win[:, 4q : 4q + n]
@@ -14,6 +14,23 @@
 // aligned where Cin % 4 == 0, so cuBLAS can pick its Hopper kernels. Chunks
 // bound acc and win, which then stay in L2 across the taps. One epilogue
 // pass writes y = acc + bias + residual.
+//
+// Conv1d, dense, stride 1, K >= 2, GemmMath::kTf32 (precision "fast"): one
+// implicit-GEMM kernel on the tensor cores instead, y[Cout, T] = W[Cout,
+// K * Cin] @ X[K * Cin, T] with X[(k, ci), t] = xpad[ci, t + k * dil] never
+// materialised. A block computes a 128 (Cout) x 128 (T) tile with 8 warps
+// (64 x 32 each, mma.sync m16n8k8 TF32, operands rounded with cvt.rna, fp32
+// accumulators), walking the reduction as 32-channel chunks (outer) x taps
+// (inner). Per chunk the input window x[ci0 : ci0 + 32, t0 - pad : t0 - pad +
+// 128 + dil (K - 1)] is copied to shared memory once (4-byte cp.async, zero
+// filled outside [0, Tin) and past Cin, so any Tin and pointer alignment
+// work) and every tap reads its shifted 32 x 128 operand from it; the weight
+// tile W[m0 : m0 + 128, k, ci0 : ci0 + 32] streams per step (16-byte cp.async
+// where Cin % 4 == 0 and w is 16-byte aligned, else 4-byte). Three weight
+// stages and two windows pipeline the copies behind the MMAs. Shared pitches
+// (36 and 8 mod 32 floats) make every fragment load conflict-free. The
+// epilogue adds bias and residual and stores y directly. Where the windows do
+// not fit the device's shared memory, the per-tap cuBLAS path runs instead.
 //
 // Conv1d, dense, strided (the noise convs): im2col into `scratch` with
 // tap-major rows (cols[k * Cin + ci, t] = xpad[ci, t * stride + k * dil], so
@@ -30,6 +47,7 @@
 // run as a direct kernel, one thread per output element, in fp32 whatever
 // the GemmMath (it applies to the GEMMs only).
 #include <algorithm>
+#include <cstdint>
 
 #include "kokoro/check.h"
 #include "kokoro/ops.h"
@@ -214,6 +232,212 @@ void conv1d_taps(cublasHandle_t handle, const float* x, const float* w, const fl
     }
 }
 
+// The implicit-GEMM conv on the tensor cores (header comment).
+namespace igemm {
+
+constexpr int kBM = 128, kBN = 128, kBK = 32;  // block tile: Cout x T x reduction
+constexpr int kWarpsM = 2, kWarpsN = 4;
+constexpr int kBlockThreads = 32 * kWarpsM * kWarpsN;
+constexpr int kWarpM = kBM / kWarpsM, kWarpN = kBN / kWarpsN;  // 64 x 32
+constexpr int kMTiles = kWarpM / 16, kNTiles = kWarpN / 8;     // m16n8k8 tiles per warp
+constexpr int kAStages = 3;
+constexpr int kLda = kBK + 4;  // weight tile pitch: fragment rows hit distinct banks
+
+// Window pitch: >= kBN + halo and 8 mod 32, so the 4 k-rows of a B fragment
+// load land in disjoint groups of 8 banks.
+int window_pitch(int halo) { return round_up(kBN + halo - 8, 32) + 8; }
+
+size_t smem_bytes(int halo) {
+    return sizeof(float) * (size_t(kAStages) * kBM * kLda + size_t(2) * kBK * window_pitch(halo));
+}
+
+// cp.async of kFloats floats (1 or 4), zero filled when !valid (src is then
+// not read).
+template <int kFloats>
+__device__ void cp_async(float* dst, const float* src, bool valid) {
+    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    const int bytes = valid ? 4 * kFloats : 0;
+    if constexpr (kFloats == 4) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+                     "r"(bytes));
+    } else {
+        static_assert(kFloats == 1, "cp_async copies 1 or 4 floats");
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src),
+                     "r"(bytes));
+    }
+}
+
+__device__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most one committed group is still in flight.
+__device__ void cp_async_wait_all_but_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
+
+__device__ uint32_t to_tf32(float v) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
+    return r;
+}
+
+// acc += a (16 x 8, row) @ b (8 x 8, col), TF32 in, fp32 accumulate.
+__device__ void mma_tf32(float (&acc)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// y[co, t] = sum_{k, ci} w[co, k, ci] xpad[ci, t + k * dil] (+ b[co])
+// (+ residual[co, t]); residual may equal y. grid (time tiles, Cout tiles).
+// kAVec: floats per weight copy (4 needs Cin % 4 == 0 and w 16-byte aligned).
+template <int kAVec>
+__global__ void __launch_bounds__(kBlockThreads, 2)
+    conv1d_igemm_kernel(const float* __restrict__ x, const float* __restrict__ w,
+                        const float* __restrict__ b, const float* residual, float* y, int Cin,
+                        int Cout, int Tin, int Tout, int K, int pad, int dilation, int ldw) {
+    extern __shared__ float4 smem_vec[];
+    float* const a_smem = reinterpret_cast<float*>(smem_vec);
+    float* const win_smem = a_smem + kAStages * kBM * kLda;
+    const int t0 = blockIdx.x * kBN, m0 = blockIdx.y * kBM;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int chunks = (Cin + kBK - 1) / kBK, steps = chunks * K;
+    const int span = kBN + dilation * (K - 1);
+    const int64_t w_pitch = int64_t(K) * Cin;
+
+    // Weight tile of reduction step (chunk c, tap k) into stage `stage`.
+    auto load_weights = [&](int c, int k, int stage) {
+        constexpr int kPerRow = kBK / kAVec;
+        float* dst = a_smem + stage * kBM * kLda;
+        for (int v = tid; v < kBM * kPerRow; v += kBlockThreads) {
+            const int r = v / kPerRow, col = v % kPerRow * kAVec;
+            const int co = m0 + r, ci = c * kBK + col;
+            const bool valid = co < Cout && ci < Cin;
+            cp_async<kAVec>(dst + r * kLda + col,
+                            valid ? w + co * w_pitch + int64_t(k) * Cin + ci : w, valid);
+        }
+    };
+    // Input window of chunk c into buffer c % 2: one row per warp at a time.
+    auto load_window = [&](int c) {
+        float* dst = win_smem + (c % 2) * kBK * ldw;
+        for (int r = warp; r < kBK; r += kWarpsM * kWarpsN) {
+            const int ci = c * kBK + r;
+            for (int j = lane; j < span; j += 32) {
+                const int src = t0 - pad + j;
+                const bool valid = ci < Cin && src >= 0 && src < Tin;
+                cp_async<1>(dst + r * ldw + j, valid ? x + int64_t(ci) * Tin + src : x, valid);
+            }
+        }
+    };
+
+    float acc[kMTiles][kNTiles][4] = {};
+    const int g = lane / 4, tq = lane % 4;
+    const int wm = warp / kWarpsN * kWarpM, wn = warp % kWarpsN * kWarpN;
+
+    // Groups: group s holds the weights of step s and, when step s opens a
+    // chunk, its window. Steps 0 and 1 are issued up front (K >= 2, so step 1
+    // never opens a chunk).
+    load_window(0);
+    load_weights(0, 0, 0);
+    cp_async_commit();
+    load_weights(0, 1, 1);
+    cp_async_commit();
+    int next_c = 0, next_k = 1;  // (chunk, tap) of the step issued last
+    int c = 0, k = 0;            // (chunk, tap) of the step computed
+    for (int s = 0; s < steps; ++s) {
+        cp_async_wait_all_but_one();
+        // Group s has landed for every thread; stage (s + 2) % 3 and window
+        // buffer (c + 1) % 2 are free (their last readers were steps <= s - 1).
+        __syncthreads();
+        if (++next_k == K) {
+            next_k = 0;
+            ++next_c;
+        }
+        if (s + 2 < steps) {
+            load_weights(next_c, next_k, (s + 2) % kAStages);
+            if (next_k == 0) load_window(next_c);
+        }
+        cp_async_commit();
+
+        const float* as = a_smem + (s % kAStages) * kBM * kLda;
+        const float* bs = win_smem + (c % 2) * kBK * ldw + k * dilation;
+#pragma unroll
+        for (int kk = 0; kk < kBK; kk += 8) {
+            uint32_t af[kMTiles][4], bf[kNTiles][2];
+#pragma unroll
+            for (int mi = 0; mi < kMTiles; ++mi) {
+                const float* p = as + (wm + mi * 16 + g) * kLda + kk + tq;
+                af[mi][0] = to_tf32(p[0]);
+                af[mi][1] = to_tf32(p[8 * kLda]);
+                af[mi][2] = to_tf32(p[4]);
+                af[mi][3] = to_tf32(p[8 * kLda + 4]);
+            }
+#pragma unroll
+            for (int ni = 0; ni < kNTiles; ++ni) {
+                const float* p = bs + (kk + tq) * ldw + wn + ni * 8 + g;
+                bf[ni][0] = to_tf32(p[0]);
+                bf[ni][1] = to_tf32(p[4 * ldw]);
+            }
+#pragma unroll
+            for (int mi = 0; mi < kMTiles; ++mi) {
+#pragma unroll
+                for (int ni = 0; ni < kNTiles; ++ni) mma_tf32(acc[mi][ni], af[mi], bf[ni]);
+            }
+        }
+        if (++k == K) {
+            k = 0;
+            ++c;
+        }
+    }
+
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int co = m0 + wm + mi * 16 + g + 8 * half;
+            if (co >= Cout) continue;
+            const float bias = b != nullptr ? b[co] : 0.f;
+#pragma unroll
+            for (int ni = 0; ni < kNTiles; ++ni) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int t = t0 + wn + ni * 8 + 2 * tq + e;
+                    if (t >= Tout) continue;
+                    const int64_t i = int64_t(co) * Tout + t;
+                    float v = acc[mi][ni][2 * half + e] + bias;
+                    if (residual != nullptr) v += residual[i];
+                    y[i] = v;
+                }
+            }
+        }
+    }
+}
+
+// Launches the kernel if the device's shared memory holds its windows;
+// false (nothing enqueued) otherwise.
+bool launch(const float* x, const float* w, const float* b, float* y, int Cin, int Cout, int Tin,
+            int Tout, int K, int pad, int dilation, const float* residual, cudaStream_t stream) {
+    const int halo = dilation * (K - 1);
+    const size_t smem = smem_bytes(halo);
+    int device = 0, smem_optin = 0;
+    KOKORO_CUDA_CHECK(cudaGetDevice(&device));
+    KOKORO_CUDA_CHECK(
+        cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (smem > size_t(smem_optin)) return false;
+    const bool vec = Cin % 4 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+    const auto kernel = vec ? conv1d_igemm_kernel<4> : conv1d_igemm_kernel<1>;
+    // Always the device's limit, never this launch's need: engine lanes launch
+    // from several host threads, and one lowering the limit between another's
+    // call and launch would fail that launch.
+    KOKORO_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin));
+    const dim3 grid(unsigned((Tout + kBN - 1) / kBN), unsigned((Cout + kBM - 1) / kBM));
+    kernel<<<grid, kBlockThreads, smem, stream>>>(x, w, b, residual, y, Cin, Cout, Tin, Tout, K, pad,
+                                             dilation, window_pitch(halo));
+    KOKORO_CHECK_LAUNCH("conv1d_igemm_kernel");
+    return true;
+}
+
+}  // namespace igemm
+
 }  // namespace
 
 void conv_weight_to_device_layout(const float* src, float* dst, int64_t A, int B, int K) {
@@ -263,6 +487,10 @@ void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* 
         return;
     }
     if (conv1d_uses_taps(K, stride, pad)) {
+        if (math == GemmMath::kTf32 && K >= 2 &&
+            igemm::launch(x, w, b, y, Cin, Cout, Tin, Tout, K, pad, dilation, residual, stream)) {
+            return;
+        }
         conv1d_taps(handle, x, w, b, y, Cin, Cout, Tin, Tout, K, pad, dilation, residual, scratch,
                     stream, math);
         return;
