@@ -24,10 +24,11 @@ import importlib
 import importlib.util
 import logging
 import secrets
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -45,12 +46,13 @@ MIN_COMPUTE_CAPABILITY = (8, 0)
 _NATIVE_MODULE = f"{__package__}._native"
 
 
-class Backend(Protocol):
-    """What every backend provides."""
+class Backend(ABC):
+    """What every backend provides: ``forward``, and ``forward_batch`` (one by one unless overridden)."""
 
     device: str
     precision: str
 
+    @abstractmethod
     def forward(
         self,
         input_ids: np.ndarray,
@@ -65,16 +67,18 @@ class Backend(Protocol):
 
         ``trace``, when given, is filled with the intermediates of docs/DESIGN.md.
         """
-        ...
 
     def forward_batch(
         self, items: Sequence[BatchItem], *, deterministic: bool
     ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Many utterances in one call; result ``i`` equals ``forward`` of item ``i`` with its seed."""
-        ...
+        return [
+            self.forward(ids, ref_s, speed, deterministic=deterministic, seed=seed)
+            for ids, ref_s, speed, seed in items
+        ]
 
 
-class CPUBackend:
+class CPUBackend(Backend):
     """The NumPy forward pass, float32 (``precision="fast"`` maps to ``"fp32"``)."""
 
     device = "cpu"
@@ -101,14 +105,6 @@ class CPUBackend:
     ) -> tuple[np.ndarray, np.ndarray]:
         rng = None if deterministic else np.random.default_rng(seed)
         return self._model.forward_with_tokens(input_ids, ref_s, speed, rng=rng, trace=trace)
-
-    def forward_batch(
-        self, items: Sequence[BatchItem], *, deterministic: bool
-    ) -> list[tuple[np.ndarray, np.ndarray]]:
-        return [
-            self.forward(ids, ref_s, speed, deterministic=deterministic, seed=seed)
-            for ids, ref_s, speed, seed in items
-        ]
 
 
 # ------------------------------------------------------------------ CUDA state
@@ -243,7 +239,7 @@ def _engine_seed(deterministic: bool, seed: int | None) -> int:
     return (secrets.randbits(64) if seed is None else int(seed)) % 2**64
 
 
-class CUDABackend:
+class CUDABackend(Backend):
     """The native engine on one GPU: weights uploaded once, one call per utterance (or batch)."""
 
     device = "cuda"
