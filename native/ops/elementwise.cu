@@ -8,6 +8,7 @@
 // contiguous axis) on threadIdx.x, so loads and stores coalesce.
 #include <cmath>
 
+#include "kokoro/block_scan.cuh"
 #include "kokoro/check.h"
 #include "kokoro/ops.h"
 
@@ -87,39 +88,18 @@ __global__ void durations_kernel(const float* logits, int T, int max_dur, float 
     if (lane == 0) dur[t] = max(1, int(rintf(sum / speed)));
 }
 
-// One block: an exclusive scan of the durations, 1024 tokens at a time with a
-// running carry, then each token writes its own run of frames.
+// One block: a scan of the durations, 1024 tokens at a time with a running
+// carry, then each token writes its own run of frames.
 __global__ void frame_token_kernel(const int32_t* dur, int T, int32_t* frame_token) {
     __shared__ int warp_sums[32];
     __shared__ int carry;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if (threadIdx.x == 0) carry = 0;
     __syncthreads();
     for (int base = 0; base < T; base += blockDim.x) {
         const int t = base + threadIdx.x;
         const int d = t < T ? dur[t] : 0;
-        int incl = d;
-        for (int off = 1; off < 32; off *= 2) {
-            const int v = __shfl_up_sync(0xffffffffu, incl, off);
-            if (lane >= off) incl += v;
-        }
-        if (lane == 31) warp_sums[warp] = incl;
-        __syncthreads();
-        if (warp == 0) {
-            const int nwarps = blockDim.x / 32;
-            int w = lane < nwarps ? warp_sums[lane] : 0;
-            for (int off = 1; off < 32; off *= 2) {
-                const int v = __shfl_up_sync(0xffffffffu, w, off);
-                if (lane >= off) w += v;
-            }
-            if (lane < nwarps) warp_sums[lane] = w;  // inclusive over warps
-        }
-        __syncthreads();
-        const int start = carry + (warp > 0 ? warp_sums[warp - 1] : 0) + incl - d;
+        const int start = block_inclusive_scan(d, warp_sums, &carry) - d;
         for (int f = 0; f < d; ++f) frame_token[start + f] = t;
-        __syncthreads();  // everyone has read carry and warp_sums
-        if (threadIdx.x == blockDim.x - 1) carry = start + d;
-        __syncthreads();
     }
 }
 

@@ -18,6 +18,7 @@
 // The seed is read from device memory (a graph replay may bring a new one).
 #include <cmath>
 
+#include "kokoro/block_scan.cuh"
 #include "kokoro/check.h"
 #include "kokoro/ops.h"
 
@@ -97,32 +98,12 @@ __global__ void scan_kernel(double* data, int n) {
     __shared__ double warp_sums[kScanThreads / 32];
     __shared__ double carry;
     double* row = data + int64_t(blockIdx.x) * n;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if (threadIdx.x == 0) carry = 0.0;
     __syncthreads();
     for (int base = 0; base < n; base += blockDim.x) {
         const int i = base + threadIdx.x;
-        double v = i < n ? row[i] : 0.0;
-        for (int off = 1; off < 32; off *= 2) {
-            const double u = __shfl_up_sync(0xffffffffu, v, off);
-            if (lane >= off) v += u;
-        }
-        if (lane == 31) warp_sums[warp] = v;
-        __syncthreads();
-        if (warp == 0) {
-            double w = lane < int(blockDim.x / 32) ? warp_sums[lane] : 0.0;
-            for (int off = 1; off < 32; off *= 2) {
-                const double u = __shfl_up_sync(0xffffffffu, w, off);
-                if (lane >= off) w += u;
-            }
-            warp_sums[lane] = w;
-        }
-        __syncthreads();
-        const double total = carry + (warp > 0 ? warp_sums[warp - 1] : 0.0) + v;
+        const double total = block_inclusive_scan(i < n ? row[i] : 0.0, warp_sums, &carry);
         if (i < n) row[i] = total;
-        __syncthreads();  // everyone has read carry and warp_sums
-        if (threadIdx.x == blockDim.x - 1) carry = total;
-        __syncthreads();
     }
 }
 
