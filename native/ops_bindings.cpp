@@ -116,12 +116,37 @@ void require_ndim(const py::array& a, int ndim, const char* name) {
     require(a.ndim() == ndim, std::string(name) + " must have " + std::to_string(ndim) + " dims");
 }
 
-// A conv weight [A, B, K] in PyTorch's layout, uploaded in the ops' [A, K, B].
-DFloat conv_weight(const FloatArray& w) {
-    FloatArray relaid({w.shape(0), w.shape(1), w.shape(2)});
+// A conv weight [A, B, K] in PyTorch's layout, relaid as the ops' [A, K, B].
+FloatArray relaid_conv_weight(const FloatArray& w) {
+    FloatArray relaid({w.shape(0), w.shape(2), w.shape(1)});
     ops::conv_weight_to_device_layout(w.data(), relaid.mutable_data(), dim(w, 0), dim(w, 1),
                                       dim(w, 2));
-    return DFloat::from(relaid);
+    return relaid;
+}
+
+DFloat conv_weight(const FloatArray& w) { return DFloat::from(relaid_conv_weight(w)); }
+
+// The same weight as the tensor-core conv's FP16 [A, K, half_rows_pitch(B)].
+DeviceArray<__half> conv_weight_half(const FloatArray& w) {
+    const int A = dim(w, 0), B = dim(w, 1), K = dim(w, 2);
+    std::vector<__half> host(size_t(A) * K * ops::half_rows_pitch(B));
+    ops::conv_weight_to_half_rows(relaid_conv_weight(w).data(), host.data(), A, K, B);
+    DeviceArray<__half> d(int64_t(host.size()));
+    KOKORO_CUDA_CHECK(cudaMemcpy(d.get(), host.data(), host.size() * sizeof(__half),
+                                 cudaMemcpyHostToDevice));
+    return d;
+}
+
+// Half rows [T, ld] downloaded as float32 (every FP16 value is exact in it).
+py::array_t<float> download_half_rows(const DeviceArray<__half>& rows, int T, int ld) {
+    KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    std::vector<__half> host(size_t(T) * ld);
+    KOKORO_CUDA_CHECK(cudaMemcpy(host.data(), rows.get(), host.size() * sizeof(__half),
+                                 cudaMemcpyDeviceToHost));
+    py::array_t<float> out({T, ld});
+    float* o = out.mutable_data();
+    for (size_t i = 0; i < host.size(); ++i) o[i] = __half2float(host[i]);
+    return out;
 }
 
 // ---------------------------------------------------------------- linear
@@ -279,7 +304,7 @@ py::array_t<float> layer_norm(const FloatArray& x, bool channels_first, const Op
 }
 
 py::array_t<float> adain(const FloatArray& x, const FloatArray& style, const std::string& act,
-                         float slope, const OptionalFloat& alpha, bool in_place) {
+                         float slope, const OptionalFloat& alpha, bool in_place, bool half_rows) {
     require_ndim(x, 2, "x");
     const int C = dim(x, 0), T = dim(x, 1);
     require(int(style.size()) == 2 * C, "adain: style must hold 2C values");
@@ -293,19 +318,49 @@ py::array_t<float> adain(const FloatArray& x, const FloatArray& style, const std
         require(act == "none", "adain: unknown activation " + act);
     }
     DFloat dx = DFloat::from(x), ds = DFloat::from(style);
-    DFloat y = DFloat::poisoned(in_place ? 0 : int64_t(x.size()));
     OptionalDevice da(alpha);
     DeviceArray<double> scratch(ops::adain_scratch_doubles(C, T));
+    if (half_rows) {
+        const int ld = ops::half_rows_pitch(C);
+        auto rows = DeviceArray<__half>::poisoned(int64_t(T) * ld);
+        ops::adain_half_rows(dx.get(), rows.get(), C, T, ds.get(), activation, slope, da.get(),
+                             scratch.get(), stream());
+        return download_half_rows(rows, T, ld);
+    }
+    DFloat y = DFloat::poisoned(in_place ? 0 : int64_t(x.size()));
     float* out = in_place ? dx.get() : y.get();
     ops::adain(dx.get(), out, C, T, ds.get(), activation, slope, da.get(), scratch.get(), stream());
     return (in_place ? dx : y).download({C, T});
 }
 
+// x [C, T] as half rows [T, half_rows_pitch(C)], downloaded as float32.
+py::array_t<float> to_half_rows(const FloatArray& x) {
+    require_ndim(x, 2, "x");
+    const int C = dim(x, 0), T = dim(x, 1), ld = ops::half_rows_pitch(C);
+    DFloat dx = DFloat::from(x);
+    auto rows = DeviceArray<__half>::poisoned(int64_t(T) * ld);
+    ops::to_half_rows(dx.get(), rows.get(), C, T, stream());
+    return download_half_rows(rows, T, ld);
+}
+
 // ------------------------------------------------------------------ conv
+// "fp32" / "tf32": ops::conv1d in that GemmMath; "fp16": the tensor-core
+// conv1d_half_rows (x converted by to_half_rows first).
+bool is_fp16(const std::string& math) { return math == "fp16"; }
 ops::GemmMath gemm_math(const std::string& math) {
     if (math == "fp32") return ops::GemmMath::kFp32;
-    require(math == "tf32", "unknown math " + math + " (fp32 or tf32)");
+    require(math == "tf32", "unknown math " + math + " (fp32, tf32 or fp16)");
     return ops::GemmMath::kTf32;
+}
+
+// The input of the fp16 path: x uploaded and converted to half rows.
+DeviceArray<__half> half_rows_input(const FloatArray& x) {
+    const int C = dim(x, 0), T = dim(x, 1);
+    DFloat dx = DFloat::from(x);
+    DeviceArray<__half> rows(int64_t(T) * ops::half_rows_pitch(C));
+    ops::to_half_rows(dx.get(), rows.get(), C, T, stream());
+    KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream()));  // before dx goes
+    return rows;
 }
 
 py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const OptionalFloat& b,
@@ -318,38 +373,29 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
     require(dim(w, 1) * groups == Cin && Cout % groups == 0, "conv1d: w does not match x, groups");
     const int Tout = ops::conv1d_out_len(Tin, K, stride, pad, dilation);
     require(Tout > 0, "conv1d: input too short");
-    DFloat dx = DFloat::from(x), dw = conv_weight(w);
     OptionalDevice db(b);
     const bool res_into_y = residual && residual_in_place;
     DFloat y = res_into_y ? DFloat::from(*residual) : DFloat::poisoned(int64_t(Cout) * Tout);
     OptionalDevice dres(res_into_y ? OptionalFloat() : residual);
     const float* res_ptr = res_into_y ? y.get() : dres.get();
+    if (is_fp16(math)) {
+        require(stride == 1 && groups == 1 && K >= 2, "conv1d fp16: dense, stride 1, K >= 2 only");
+        const DeviceArray<__half> rows = half_rows_input(x), dw = conv_weight_half(w);
+        ops::conv1d_half_rows(rows.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K, pad,
+                              dilation, res_ptr, stream());
+        return y.download({Cout, Tout});
+    }
+    DFloat dx = DFloat::from(x), dw = conv_weight(w);
     DFloat scratch(ops::conv1d_scratch_floats(Cin, Cout, Tin, K, stride, pad, dilation, groups));
     ops::conv1d(context().blas, dx.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K, stride,
                 pad, dilation, groups, res_ptr, scratch.get(), stream(), gemm_math(math));
     return y.download({Cout, Tout});
 }
 
-// Benchmark helper: milliseconds per call of a dense stride-1 conv1d with
-// bias on device-resident inputs, from CUDA events around `repeats` calls
+// Milliseconds per call of `call`, from CUDA events around `repeats` calls
 // after one untimed call.
-double conv1d_time_ms(const FloatArray& x, const FloatArray& w, const FloatArray& b, int pad,
-                      int dilation, const std::string& math, int repeats) {
-    require_ndim(x, 2, "x");
-    require_ndim(w, 3, "w");
-    const int Cin = dim(x, 0), Tin = dim(x, 1), Cout = dim(w, 0), K = dim(w, 2);
-    require(dim(w, 1) == Cin && dim(b, 0) == Cout, "conv1d_time_ms: w, b do not match x");
-    require(repeats > 0, "conv1d_time_ms: repeats must be positive");
-    const int Tout = ops::conv1d_out_len(Tin, K, 1, pad, dilation);
-    require(Tout > 0, "conv1d_time_ms: input too short");
-    DFloat dx = DFloat::from(x), dw = conv_weight(w), db = DFloat::from(b);
-    DFloat y = DFloat::poisoned(int64_t(Cout) * Tout);
-    DFloat scratch(ops::conv1d_scratch_floats(Cin, Cout, Tin, K, 1, pad, dilation, 1));
-    const ops::GemmMath m = gemm_math(math);
-    auto call = [&] {
-        ops::conv1d(context().blas, dx.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K, 1,
-                    pad, dilation, 1, nullptr, scratch.get(), stream(), m);
-    };
+template <typename Call>
+double time_ms(Call call, int repeats) {
     struct Events {
         cudaEvent_t start = nullptr, stop = nullptr;
         ~Events() {
@@ -367,6 +413,40 @@ double conv1d_time_ms(const FloatArray& x, const FloatArray& w, const FloatArray
     float ms = 0.f;
     KOKORO_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start, ev.stop));
     return double(ms) / repeats;
+}
+
+// Benchmark helper: milliseconds per call of a dense stride-1 conv1d with
+// bias on device-resident inputs (for "fp16" already in half rows).
+double conv1d_time_ms(const FloatArray& x, const FloatArray& w, const FloatArray& b, int pad,
+                      int dilation, const std::string& math, int repeats) {
+    require_ndim(x, 2, "x");
+    require_ndim(w, 3, "w");
+    const int Cin = dim(x, 0), Tin = dim(x, 1), Cout = dim(w, 0), K = dim(w, 2);
+    require(dim(w, 1) == Cin && dim(b, 0) == Cout, "conv1d_time_ms: w, b do not match x");
+    require(repeats > 0, "conv1d_time_ms: repeats must be positive");
+    const int Tout = ops::conv1d_out_len(Tin, K, 1, pad, dilation);
+    require(Tout > 0, "conv1d_time_ms: input too short");
+    DFloat db = DFloat::from(b);
+    DFloat y = DFloat::poisoned(int64_t(Cout) * Tout);
+    if (is_fp16(math)) {
+        require(K >= 2, "conv1d_time_ms fp16: K >= 2 only");
+        const DeviceArray<__half> rows = half_rows_input(x), dw = conv_weight_half(w);
+        return time_ms(
+            [&] {
+                ops::conv1d_half_rows(rows.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K,
+                                      pad, dilation, nullptr, stream());
+            },
+            repeats);
+    }
+    DFloat dx = DFloat::from(x), dw = conv_weight(w);
+    DFloat scratch(ops::conv1d_scratch_floats(Cin, Cout, Tin, K, 1, pad, dilation, 1));
+    const ops::GemmMath m = gemm_math(math);
+    return time_ms(
+        [&] {
+            ops::conv1d(context().blas, dx.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K,
+                        1, pad, dilation, 1, nullptr, scratch.get(), stream(), m);
+        },
+        repeats);
 }
 
 py::array_t<float> conv_transpose1d(const FloatArray& x, const FloatArray& w, const OptionalFloat& b,
@@ -409,8 +489,9 @@ py::array_t<float> attention(const FloatArray& q, const FloatArray& k, const Flo
             "attention: shapes do not match");
     DFloat dq = DFloat::from(q), dk = DFloat::from(k), dv = DFloat::from(v);
     DFloat out = DFloat::poisoned(int64_t(T) * width);
-    ops::attention(dq.get(), dk.get(), dv.get(), out.get(), T, heads, width / heads, valid_len,
-                   stream());
+    DFloat scratch = DFloat::poisoned(ops::attention_scratch_floats(T, heads));
+    ops::attention(context().blas, dq.get(), dk.get(), dv.get(), out.get(), T, heads,
+                   width / heads, valid_len, scratch.get(), stream());
     return out.download({T, width});
 }
 
@@ -476,12 +557,13 @@ void register_ops(py::module_& m) {
           "beta"_a = py::none(), "style_gamma"_a = py::none(), "style_beta"_a = py::none(),
           "eps"_a = 1e-5f, "in_place"_a = false);
     o.def("adain", &adain, "x"_a, "style"_a, "act"_a = "none", "slope"_a = 0.2f,
-          "alpha"_a = py::none(), "in_place"_a = false);
+          "alpha"_a = py::none(), "in_place"_a = false, "half_rows"_a = false);
+    o.def("to_half_rows", &to_half_rows, "x"_a);
     o.def("conv1d", &conv1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1, "pad"_a = 0,
           "dilation"_a = 1, "groups"_a = 1, "residual"_a = py::none(),
           "residual_in_place"_a = false, "math"_a = "fp32");
     o.def("conv1d_time_ms", &conv1d_time_ms, "x"_a, "w"_a, "b"_a, "pad"_a, "dilation"_a,
-          "math"_a = "tf32", "repeats"_a = 20);
+          "math"_a = "fp16", "repeats"_a = 20);
     o.def("conv_transpose1d", &conv_transpose1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1,
           "pad"_a = 0, "output_padding"_a = 0, "groups"_a = 1);
     o.def("lstm_bidirectional", &lstm_bidirectional, "x"_a, "w_ih"_a, "w_hh"_a, "b"_a);

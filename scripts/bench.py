@@ -3,8 +3,12 @@
 Both run the same seeded random checkpoint (``kokoro_gpu.random_weights``; real
 weights are not assumed present), batch 1, phonemes to audio, on one device:
 
-- ``short`` / ``medium`` / ``long``: 30 / 157 / 500 phonemes (~3 frames each
-  from the random checkpoint's duration head);
+- ``short`` / ``medium`` / ``long``: 30 / 157 / 500 phonemes, with the speed
+  of each case set so that the audio is as long as in the issue's PyTorch
+  table (2.35 / 11.9 / 30.7 s): the random checkpoint's duration head predicts
+  its own lengths (3.2-4 frames per phoneme), so one calibration forward at
+  speed 1 gives the frame count and the speed is that over the issue's. Both
+  implementations then run the same ids, voice row and speed;
 - ``batch``: many medium utterances through a batched forward
   (``forward_batch`` of the backend) when the engine has one, else reported as
   not available.
@@ -64,6 +68,9 @@ CASES = {"short": 30, "medium": 157, "long": 500}
 BATCH_CASE = "batch"
 # The PyTorch reference numbers of the issue (H200, kokoro 0.9.4, fp32 eager), ms.
 ISSUE_TORCH_MS = {"short": 34.7, "medium": 54.3, "long": 107.6}
+# ... and the audio length of each of its cases, s.
+ISSUE_AUDIO_S = {"short": 2.35, "medium": 11.9, "long": 30.7}
+SAMPLES_PER_FRAME = 600
 # Phoneme strings: "words" of 2..6 vocab letters (IPA included) drawn with this seed.
 PHONEME_SEED = 1234
 KOKORO_REPO_ID = "hexgrad/Kokoro-82M"
@@ -89,12 +96,23 @@ class Utterance:
     phonemes: int
     ids: np.ndarray  # int64 [n + 2]
     ref_s: np.ndarray  # float32 [256]
+    speed: float = 1.0
 
 
 def make_utterance(case: str, n: int, config: ModelConfig, voice: np.ndarray) -> Utterance:
     ids = phonemes_to_ids(phoneme_string(n, config.vocab), config.vocab, config.max_phonemes)
     # The official pipeline picks the voice pack row by phoneme count.
     return Utterance(case, n, ids, np.ascontiguousarray(voice[n - 1, 0], dtype=np.float32))
+
+
+def calibrate_speeds(
+    device: str, config: ModelConfig, weights: dict[str, np.ndarray], utterances: list[Utterance]
+) -> None:
+    """Sets each utterance's speed so that its audio is about as long as the issue's case."""
+    backend = backends.create_backend(device, config, weights, "fp32")
+    for u in utterances:
+        _, durations = backend.forward(u.ids, u.ref_s, 1.0, deterministic=True, seed=0)
+        u.speed = float(np.sum(durations)) / (ISSUE_AUDIO_S[u.case] * SAMPLE_RATE / SAMPLES_PER_FRAME)
 
 
 # -------------------------------------------------------------------- FLOPs
@@ -317,7 +335,7 @@ def run_ours(
         row = Row("kokoro_gpu", precision, utt.case, utt.phonemes)
 
         def call(u: Utterance = utt) -> tuple[np.ndarray, np.ndarray]:
-            return backend.forward(u.ids, u.ref_s, 1.0, deterministic=True, seed=0)
+            return backend.forward(u.ids, u.ref_s, u.speed, deterministic=True, seed=0)
 
         audio, durations = call()
         row.frames, row.audio_s = int(np.sum(durations)), len(audio) / SAMPLE_RATE
@@ -354,7 +372,7 @@ def run_ours_batch(
             else ("needs the medium case")
         )
         return [row]
-    items = [(medium.ids, medium.ref_s, 1.0, 0)] * args.batch_size
+    items = [(medium.ids, medium.ref_s, medium.speed, 0)] * args.batch_size
 
     def call() -> list[tuple[np.ndarray, np.ndarray]]:
         return forward_batch(items, deterministic=True)
@@ -382,9 +400,9 @@ def run_torch(
         ids = torch.from_numpy(utt.ids)[None].to("cuda")
         ref_s = torch.from_numpy(utt.ref_s)[None].to("cuda")
 
-        def call(ids: Any = ids, ref_s: Any = ref_s) -> tuple[Any, Any]:
+        def call(ids: Any = ids, ref_s: Any = ref_s, speed: float = utt.speed) -> tuple[Any, Any]:
             with torch.no_grad():
-                return model.forward_with_tokens(ids, ref_s, 1.0)
+                return model.forward_with_tokens(ids, ref_s, speed)
 
         audio, durations = call()
         row.frames, row.audio_s = int(durations.sum()), audio.numel() / SAMPLE_RATE
@@ -590,6 +608,7 @@ def main(argv: list[str] | None = None) -> int:
     weights = fold_official(ckpt, config, source="random checkpoint")
     voice = random_voice_pack(args.seed)
     utterances = [make_utterance(c, n, config, voice) for c, n in CASES.items() if c in args.cases]
+    calibrate_speeds(args.device, config, weights, utterances)
 
     torch = import_torch() if args.device == "cuda" else None
     if torch is not None and not torch.cuda.is_available():
@@ -616,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
             "cuda.matmul.allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
         }
     meta["issue_torch_ms"] = ISSUE_TORCH_MS
+    meta["speeds"] = {u.case: round(u.speed, 4) for u in utterances}
 
     if args.lstm and args.device == "cuda":
         meta["lstm"] = lstm_probe(args)
@@ -638,7 +658,7 @@ def main(argv: list[str] | None = None) -> int:
     finish_rows(rows, config, peaks, torch_tf32)
 
     print(render_text(rows))
-    for key in ("gpu", "peak_tflops", "torch", "pytorch"):
+    for key in ("gpu", "peak_tflops", "torch", "pytorch", "speeds"):
         if key in meta:
             print(f"{key}: {meta[key]}")
     for probe in meta.get("lstm") or []:

@@ -330,11 +330,12 @@ def test_conv1d(rng: np.random.Generator, case: tuple[int, ...]) -> None:
         check(f"conv1d + residual (in place {in_place}) {case}", got, want + f64(residual), tol)
 
 
-# math="tf32" (precision "fast"): dense stride-1 convs with K >= 2 run the
-# implicit-GEMM tensor-core kernel (128 x 128 tiles over Cout x T, 32-channel
-# reduction chunks), the rest cuBLAS in TF32. (Cin, Cout, Tin, K, pad,
-# dilation): every K / dilation the model uses, T and channels off the tile
-# sizes, T = 1, Cin % 4 != 0 (4-byte weight copies).
+# Precision "fast": dense stride-1 convs with K >= 2 run the FP16 implicit-GEMM
+# tensor-core kernel on half rows (math="fp16"), 1x1 and strided ones cuBLAS
+# in TF32 (math="tf32", which the bindings also offer for K >= 2). (Cin, Cout,
+# Tin, K, pad, dilation): every K / dilation the model uses, T and channels
+# off the tile sizes, T = 1, Cin % 8 != 0 (padded half rows), and lengths
+# that take the wide (128) and the narrow (64) time tile.
 FAST_CONV1D_CASES = [
     (64, 48, 101, 3, 1, 1),
     (64, 48, 101, 3, 3, 3),
@@ -349,32 +350,95 @@ FAST_CONV1D_CASES = [
     (256, 256, 333, 3, 1, 1),  # two Cout tiles, eight reduction chunks
     (130, 200, 1, 3, 1, 1),  # T = 1
     (512, 512, 13, 5, 2, 1),  # text encoder k5
-    (1090, 100, 33, 3, 1, 1),  # decoder k3, Cin % 4 == 2
+    (1090, 100, 33, 3, 1, 1),  # decoder k3, Cin % 8 == 2
     (128, 22, 257, 7, 3, 1),  # conv_post
-    (130, 65, 77, 1, 0, 1),  # 1x1 (cuBLAS TF32)
+    (128, 128, 34001, 7, 9, 3),  # wide time tiles (enough of them for every SM twice)
+    (256, 256, 20011, 3, 1, 1),  # wide tiles, two Cout tiles
 ]
-# TF32 rounds each operand to 11 significant bits: the normwise error of a
-# long random dot product lands near 3e-4.
-TF32_TOL = 1e-3
+# TF32 / FP16 round each operand to 11 significant bits: the normwise error of
+# a long random dot product lands near 3e-4.
+HALF_OPERAND_TOL = 1e-3
+
+
+def round_half(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float16).astype(np.float64)
 
 
 @pytest.mark.parametrize("case", FAST_CONV1D_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_conv1d_fp16(rng: np.random.Generator, case: tuple[int, ...]) -> None:
+    """Against the float64 conv of the FP16-rounded operands (only fp32 accumulation
+    error remains), and of the exact operands (the rounding itself)."""
+    c_in, c_out, t_in, k, pad, dilation = case
+    x = f32(rng.standard_normal((c_in, t_in)))
+    w = f32(rng.standard_normal((c_out, c_in, k)) / math.sqrt(c_in * k))
+    b = f32(rng.standard_normal(c_out))
+    rounded = ref.conv1d(round_half(x), round_half(w), f64(b), 1, pad, dilation, 1)
+    got = gpu.conv1d(x, w, b, 1, pad, dilation, math="fp16")
+    check(f"conv1d fp16 {case} vs rounded operands", got, rounded, reduction_tol(c_in * k))
+    want = ref.conv1d(f64(x), f64(w), f64(b), 1, pad, dilation, 1)
+    check(f"conv1d fp16 {case}", got, want, HALF_OPERAND_TOL)
+    nobias = ref.conv1d(round_half(x), round_half(w), None, 1, pad, dilation, 1)
+    got = gpu.conv1d(x, w, None, 1, pad, dilation, math="fp16")
+    check(f"conv1d fp16 no bias {case}", got, nobias, reduction_tol(c_in * k))
+    residual = f32(rng.standard_normal(want.shape))
+    for in_place in (False, True):
+        got = gpu.conv1d(x, w, b, 1, pad, dilation, 1, residual, in_place, "fp16")
+        check(
+            f"conv1d fp16 + residual (in place {in_place}) {case}",
+            got,
+            rounded + f64(residual),
+            reduction_tol(c_in * k),
+        )
+
+
+@pytest.mark.parametrize(
+    "case",
+    FAST_CONV1D_CASES[:3] + FAST_CONV1D_CASES[-4:-2] + [(130, 65, 77, 1, 0, 1)],
+    ids=lambda c: "x".join(map(str, c)),
+)
 def test_conv1d_tf32(rng: np.random.Generator, case: tuple[int, ...]) -> None:
     c_in, c_out, t_in, k, pad, dilation = case
     x = f32(rng.standard_normal((c_in, t_in)))
     w = f32(rng.standard_normal((c_out, c_in, k)) / math.sqrt(c_in * k))
     b = f32(rng.standard_normal(c_out))
     want = ref.conv1d(f64(x), f64(w), f64(b), 1, pad, dilation, 1)
-    got = gpu.conv1d(x, w, b, 1, pad, dilation, math="tf32")
-    check(f"conv1d tf32 {case}", got, want, TF32_TOL)
-    nobias = ref.conv1d(f64(x), f64(w), None, 1, pad, dilation, 1)
-    check(
-        f"conv1d tf32 no bias {case}", gpu.conv1d(x, w, None, 1, pad, dilation, math="tf32"), nobias, TF32_TOL
-    )
+    check(f"conv1d tf32 {case}", gpu.conv1d(x, w, b, 1, pad, dilation, math="tf32"), want, HALF_OPERAND_TOL)
     residual = f32(rng.standard_normal(want.shape))
-    for in_place in (False, True):
-        got = gpu.conv1d(x, w, b, 1, pad, dilation, 1, residual, in_place, "tf32")
-        check(f"conv1d tf32 + residual (in place {in_place}) {case}", got, want + f64(residual), TF32_TOL)
+    got = gpu.conv1d(x, w, b, 1, pad, dilation, 1, residual, True, "tf32")
+    check(f"conv1d tf32 + residual in place {case}", got, want + f64(residual), HALF_OPERAND_TOL)
+
+
+@pytest.mark.parametrize("shape", [(70, 37), (64, 32), (1090, 5), (3, 1)])
+def test_to_half_rows(rng: np.random.Generator, shape: tuple[int, int]) -> None:
+    """Exact: the FP16 rounding of x transposed, pad columns zero."""
+    c, t_len = shape
+    x = f32(rng.standard_normal(shape) * 3)
+    got = gpu.to_half_rows(x)
+    ld = (c + 7) // 8 * 8
+    want = np.zeros((t_len, ld))
+    want[:, :c] = round_half(x.T)
+    assert got.shape == want.shape
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("act", ["leaky_relu", "snake"])
+@pytest.mark.parametrize("shape", [(70, 37), (256, 5003), (1090, 41)])
+def test_adain_half_rows(rng: np.random.Generator, shape: tuple[int, int], act: str) -> None:
+    """AdaIN + activation as half rows: the fp32 op's values, transposed and FP16-rounded."""
+    c, t_len = shape
+    x = f32(rng.standard_normal(shape) * 2 + 0.5)
+    style = f32(rng.standard_normal(2 * c) * 0.5)
+    alpha = f32(rng.uniform(0.2, 2.0, c))
+    got = gpu.adain(x, style, act, 0.2, alpha if act == "snake" else None, half_rows=True)
+    ld = (c + 7) // 8 * 8
+    assert got.shape == (t_len, ld)
+    assert np.all(got[:, c:] == 0)
+    want = ref.adain(f64(x), f64(style), act, 0.2, f64(alpha))
+    check(f"adain half rows {act} {shape}", got[:, :c].T, want, HALF_OPERAND_TOL)
+    # Rounding of the same fp32 values: at most one FP16 step apart anywhere.
+    fp32 = gpu.adain(x, style, act, 0.2, alpha if act == "snake" else None)
+    step = np.spacing(np.abs(round_half(fp32.T)).astype(np.float16)).astype(np.float64)
+    assert np.all(np.abs(got[:, :c] - round_half(fp32.T)) <= step)
 
 
 # (Cin, Cout, Tin, K, stride, pad, output_padding, groups)
@@ -439,7 +503,17 @@ def test_lstm_bidirectional(rng: np.random.Generator, t_len: int, d_in: int, hid
 
 @pytest.mark.parametrize(
     "t_len,heads,head_dim",
-    [(1, 12, 64), (7, 12, 64), (33, 12, 64), (512, 12, 64), (101, 3, 48), (40, 2, 128)],
+    # 502: ALBERT's long case (score row pitch padded to 504); head_dim 5: heads not 16-byte aligned.
+    [
+        (1, 12, 64),
+        (7, 12, 64),
+        (33, 12, 64),
+        (502, 12, 64),
+        (512, 12, 64),
+        (101, 3, 48),
+        (40, 2, 128),
+        (13, 3, 5),
+    ],
 )
 @pytest.mark.parametrize("masked", [0, 3])
 def test_attention(rng: np.random.Generator, t_len: int, heads: int, head_dim: int, masked: int) -> None:

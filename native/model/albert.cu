@@ -36,6 +36,7 @@ void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out) {
     float* k = ctx.floats("albert.k", int64_t(T) * hid);
     float* v = ctx.floats("albert.v", int64_t(T) * hid);
     float* attended = ctx.floats("albert.attended", int64_t(T) * hid);
+    float* scores = ctx.floats("albert.scores", ops::attention_scratch_floats(T, cfg.bert_heads));
     float* ffn = ctx.floats("albert.ffn", int64_t(T) * inter);
     const float* attn_ln_w = ctx.w(layer + ".attention.LayerNorm.weight", hid);
     const float* attn_ln_b = ctx.w(layer + ".attention.LayerNorm.bias", hid);
@@ -47,7 +48,8 @@ void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out) {
         ctx.linear(layer + ".attention.query", h, q, T, hid, hid);
         ctx.linear(layer + ".attention.key", h, k, T, hid, hid);
         ctx.linear(layer + ".attention.value", h, v, T, hid, hid);
-        ops::attention(q, k, v, attended, T, cfg.bert_heads, head_dim, T, ctx.stream);
+        ops::attention(ctx.blas, q, k, v, attended, T, cfg.bert_heads, head_dim, T, scores,
+                       ctx.stream);
         // h = LayerNorm(h + dense(attended))
         ctx.linear(layer + ".attention.dense", attended, h, T, hid, hid, 1.f);
         ops::layer_norm_rows(h, h, T, hid, attn_ln_w, attn_ln_b, nullptr, nullptr,

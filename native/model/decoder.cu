@@ -23,21 +23,22 @@ void adain_res_blk1d(const Context& ctx, const std::string& prefix, const float*
     const int t_out = upsample ? 2 * T : T;
 
     // Residual: AdaIN + LeakyReLU, [depthwise x2 upsampler], conv, AdaIN + LeakyReLU, conv.
-    float* normed = ctx.floats("block.normed", int64_t(c_in) * T);
-    ctx.adain(x, normed, c_in, T, prefix + ".norm1.fc", ops::Activation::kLeakyRelu, kLeakySlope,
-              nullptr);
-    const float* conv1_in = normed;
+    float* hidden = ctx.floats("block.hidden", int64_t(c_out) * t_out);
     if (upsample) {
+        float* normed = ctx.floats("block.normed", int64_t(c_in) * T);
+        ctx.adain(x, normed, c_in, T, prefix + ".norm1.fc", ops::Activation::kLeakyRelu,
+                  kLeakySlope, nullptr);
         float* pooled = ctx.floats("block.pooled", int64_t(c_in) * t_out);
         ctx.conv_transpose1d(prefix + ".pool", normed, pooled, c_in, c_in, T, 3, 2, 1, 1, c_in);
-        conv1_in = pooled;
+        ctx.conv1d(prefix + ".conv1", pooled, hidden, c_in, c_out, t_out, 3, 1, 1, 1, 1, true);
+    } else {
+        ctx.adain_conv1d(x, hidden, c_in, c_out, T, prefix + ".norm1.fc",
+                         ops::Activation::kLeakyRelu, kLeakySlope, nullptr, prefix + ".conv1", 3,
+                         1);
     }
-    float* hidden = ctx.floats("block.hidden", int64_t(c_out) * t_out);
-    ctx.conv1d(prefix + ".conv1", conv1_in, hidden, c_in, c_out, t_out, 3, 1, 1, 1, 1, true);
-    ctx.adain(hidden, hidden, c_out, t_out, prefix + ".norm2.fc", ops::Activation::kLeakyRelu,
-              kLeakySlope, nullptr);
     float* residual = ctx.floats("block.residual", int64_t(c_out) * t_out);
-    ctx.conv1d(prefix + ".conv2", hidden, residual, c_out, c_out, t_out, 3, 1, 1, 1, 1, true);
+    ctx.adain_conv1d(hidden, residual, c_out, c_out, t_out, prefix + ".norm2.fc",
+                     ops::Activation::kLeakyRelu, kLeakySlope, nullptr, prefix + ".conv2", 3, 1);
 
     // Shortcut: [nearest x2] -> [1x1 conv when the channel count changes].
     const float* shortcut = x;

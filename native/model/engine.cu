@@ -6,6 +6,9 @@
 //   are stacked per direction with b_ih + b_hh folded (summed in double, as
 //   the CPU backend does); the style projections fc of each style half are
 //   concatenated so one GEMV per half computes every AdaIN style vector.
+//   For precision "fast", the dense conv weights also go, as FP16 with the
+//   last axis padded to 8 (ops::conv_weight_to_half_rows), into a second
+//   arena: the tensor-core convs' operands.
 // - Workspace: named buffers reused across calls; a buffer grows only when a
 //   longer input needs more (the old one is freed after the lane drains).
 // - Lane: two streams with their cuBLAS handles and events, a workspace and
@@ -113,7 +116,7 @@ int64_t HostTensor::numel() const {
 
 // ------------------------------------------------------------- DeviceWeights
 
-DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim) {
+DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, bool half_convs) {
     // Lay out every device tensor as (offset, pieces copied from the host);
     // derived tensors (folded LSTM biases, relaid conv weights) are built in
     // `owned` first.
@@ -124,6 +127,8 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim) {
     };
     std::vector<Piece> pieces;
     std::deque<std::vector<float>> owned;  // derived tensors; deque: stable addresses
+    std::vector<__half> halves;            // the FP16 arena's host image
+    std::unordered_map<std::string, size_t> half_offsets;
     size_t total = 0;
     auto place = [&](int64_t count) {
         const size_t offset = total;
@@ -151,11 +156,18 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim) {
             const size_t offset = place(tensor.numel());
             const float* src = tensor.data;
             if (tensor.shape.size() == 3 && tensor.shape[2] > 1) {  // a conv weight
+                const int64_t A = tensor.shape[0];
+                const int B = int(tensor.shape[1]), K = int(tensor.shape[2]);
                 owned.emplace_back(static_cast<size_t>(tensor.numel()));
-                ops::conv_weight_to_device_layout(tensor.data, owned.back().data(),
-                                                  tensor.shape[0], int(tensor.shape[1]),
-                                                  int(tensor.shape[2]));
+                ops::conv_weight_to_device_layout(tensor.data, owned.back().data(), A, B, K);
                 src = owned.back().data();
+                if (half_convs && B >= kMinHalfChannels) {
+                    const int64_t n = A * K * ops::half_rows_pitch(B);
+                    half_offsets[name] = halves.size();
+                    half_entries_[name] = {nullptr, n};
+                    halves.resize(round_up(halves.size() + size_t(n), kArenaAlignFloats * 2));
+                    ops::conv_weight_to_half_rows(src, halves.data() + half_offsets[name], A, K, B);
+                }
             }
             pieces.push_back({offset, src, tensor.numel()});
             offsets[name] = offset;
@@ -239,6 +251,14 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim) {
             cudaMemcpy(arena + p.offset, p.src, sizeof(float) * p.count, cudaMemcpyHostToDevice));
     }
     for (auto& [name, entry] : entries_) entry.ptr = arena + offsets[name];
+    if (!halves.empty()) {
+        const size_t half_bytes = halves.size() * sizeof(__half);
+        half_arena_.reset(static_cast<__half*>(device_alloc(half_bytes, "the FP16 conv weights")));
+        KOKORO_CUDA_CHECK(
+            cudaMemcpy(half_arena_.get(), halves.data(), half_bytes, cudaMemcpyHostToDevice));
+        bytes_ += half_bytes;
+        for (auto& [name, entry] : half_entries_) entry.ptr = half_arena_.get() + half_offsets[name];
+    }
     for (const auto& [prefix, lo] : lstm_offsets) {
         lstms_[prefix] = {arena + lo.w_ih, arena + lo.w_hh, arena + lo.b, lo.in, lo.hidden};
     }
@@ -254,6 +274,19 @@ const float* DeviceWeights::get(const std::string& name, int64_t numel) const {
     if (it->second.numel != numel) {
         throw WeightsError("tensor '" + name + "' holds " + std::to_string(it->second.numel) +
                            " values; the model needs " + std::to_string(numel));
+    }
+    return it->second.ptr;
+}
+
+const __half* DeviceWeights::get_half(const std::string& name, int64_t numel) const {
+    auto it = half_entries_.find(name);
+    if (it == half_entries_.end()) {
+        throw WeightsError("no FP16 copy of tensor '" + name + "' (precision \"fast\" only)");
+    }
+    if (it->second.numel != numel) {
+        throw WeightsError("the FP16 copy of '" + name + "' holds " +
+                           std::to_string(it->second.numel) + " values; the model needs " +
+                           std::to_string(numel));
     }
     return it->second.ptr;
 }
@@ -319,6 +352,11 @@ double* Workspace::doubles(const std::string& slot, int64_t count) {
         get(slot, sizeof(double) * static_cast<size_t>(std::max<int64_t>(count, 1))));
 }
 
+__half* Workspace::halves(const std::string& slot, int64_t count) {
+    return static_cast<__half*>(
+        get(slot, sizeof(__half) * static_cast<size_t>(std::max<int64_t>(count, 1))));
+}
+
 uint64_t* Workspace::words(const std::string& slot, int64_t count) {
     return static_cast<uint64_t*>(
         get(slot, sizeof(uint64_t) * static_cast<size_t>(std::max<int64_t>(count, 1))));
@@ -348,10 +386,9 @@ const float* Context::style(const std::string& fc_prefix, int channels) const {
 
 void Context::adain(const float* x, float* y, int C, int T, const std::string& fc_prefix,
                     ops::Activation act, float slope, const float* alpha) const {
-    const int64_t partials = ops::adain_scratch_doubles(C, T);
-    double* scratch = partials > 0 ? ws.doubles(std::string("ops.adain_partials") + tag, partials)
-                                   : nullptr;
-    ops::adain(x, y, C, T, style(fc_prefix, C), act, slope, alpha, scratch, stream);
+    double* partials =
+        ws.doubles(std::string("ops.adain_partials") + tag, ops::adain_scratch_doubles(C, T));
+    ops::adain(x, y, C, T, style(fc_prefix, C), act, slope, alpha, partials, stream);
 }
 
 void Context::record(const char* key, const float* device, std::vector<int64_t> shape) const {
@@ -369,13 +406,46 @@ void Context::record(const char* key, const float* device, std::vector<int64_t> 
 void Context::conv1d(const std::string& prefix, const float* x, float* y, int c_in, int c_out,
                      int t_in, int kernel, int stride, int pad, int dilation, int groups, bool bias,
                      const float* residual) const {
-    const float* w = weights.get(prefix + ".weight", int64_t(c_out) * (c_in / groups) * kernel);
+    const int64_t numel = int64_t(c_out) * (c_in / groups) * kernel;
     const float* b = bias ? weights.get(prefix + ".bias", c_out) : nullptr;
+    if (fast && groups == 1 && stride == 1 && kernel >= 2) {
+        const __half* w = weights.get_half(prefix + ".weight",
+                                           int64_t(c_out) * kernel * ops::half_rows_pitch(c_in));
+        __half* rows = halves("ops.half_rows", int64_t(t_in) * ops::half_rows_pitch(c_in));
+        ops::to_half_rows(x, rows, c_in, t_in, stream);
+        ops::conv1d_half_rows(rows, w, b, y, c_in, c_out, t_in, kernel, pad, dilation, residual,
+                              stream);
+        return;
+    }
+    const float* w = weights.get(prefix + ".weight", numel);
     const int64_t scratch_floats =
         ops::conv1d_scratch_floats(c_in, c_out, t_in, kernel, stride, pad, dilation, groups);
     float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
     ops::conv1d(blas, x, w, b, y, c_in, c_out, t_in, kernel, stride, pad, dilation, groups,
-                residual, scratch, stream, math);
+                residual, scratch, stream, gemm_math());
+}
+
+void Context::adain_conv1d(const float* x, float* y, int c_in, int c_out, int T,
+                           const std::string& fc_prefix, ops::Activation act, float slope,
+                           const float* alpha, const std::string& conv_prefix, int kernel,
+                           int dilation, const float* residual) const {
+    const int pad = dilation * (kernel - 1) / 2;
+    if (!fast || kernel < 2) {
+        float* activated = floats("ops.activated", int64_t(c_in) * T);
+        adain(x, activated, c_in, T, fc_prefix, act, slope, alpha);
+        conv1d(conv_prefix, activated, y, c_in, c_out, T, kernel, 1, pad, dilation, 1, true,
+               residual);
+        return;
+    }
+    __half* rows = halves("ops.half_rows", int64_t(T) * ops::half_rows_pitch(c_in));
+    double* partials =
+        ws.doubles(std::string("ops.adain_partials") + tag, ops::adain_scratch_doubles(c_in, T));
+    ops::adain_half_rows(x, rows, c_in, T, style(fc_prefix, c_in), act, slope, alpha, partials,
+                         stream);
+    const __half* w = weights.get_half(conv_prefix + ".weight",
+                                       int64_t(c_out) * kernel * ops::half_rows_pitch(c_in));
+    ops::conv1d_half_rows(rows, w, weights.get(conv_prefix + ".bias", c_out), y, c_in, c_out, T,
+                          kernel, pad, dilation, residual, stream);
 }
 
 void Context::conv_transpose1d(const std::string& prefix, const float* x, float* y, int c_in,
@@ -387,13 +457,13 @@ void Context::conv_transpose1d(const std::string& prefix, const float* x, float*
         ops::conv_transpose1d_scratch_floats(c_in, c_out, t_in, kernel, groups);
     float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
     ops::conv_transpose1d(blas, x, w, b, y, c_in, c_out, t_in, kernel, stride, pad, output_padding,
-                          groups, scratch, stream, math);
+                          groups, scratch, stream, gemm_math());
 }
 
 void Context::linear(const std::string& prefix, const float* x, float* y, int rows, int in, int out,
                      float beta) const {
     ops::linear(blas, x, weights.get(prefix + ".weight", int64_t(out) * in),
-                weights.get(prefix + ".bias", out), y, rows, in, out, stream, beta, math);
+                weights.get(prefix + ".bias", out), y, rows, in, out, stream, beta, gemm_math());
 }
 
 void Context::lstm(const std::string& prefix, const float* x, float* out, int T) const {
@@ -467,7 +537,7 @@ private:
 
 class Lane {
 public:
-    Lane(const ModelConfig& cfg, const DeviceWeights& weights, ops::GemmMath fast_math);
+    Lane(const ModelConfig& cfg, const DeviceWeights& weights, bool fast);
     ~Lane();
     Lane(const Lane&) = delete;
     Lane& operator=(const Lane&) = delete;
@@ -476,7 +546,7 @@ public:
     size_t workspace_bytes() const { return ws_.bytes(); }
 
 private:
-    Context context(int stream, ops::GemmMath math, Trace* trace);
+    Context context(int stream, bool fast, Trace* trace);
     // Enqueues `body(stft)` on the main stream: a replay of the graph cached
     // under `key`, else uncaptured on a key's first sight (or with a trace),
     // else captured (after `prepare(entry)`) and launched.
@@ -485,7 +555,7 @@ private:
 
     const ModelConfig& cfg_;
     const DeviceWeights& weights_;
-    ops::GemmMath fast_math_;
+    bool fast_;  // precision "fast" for the text encoder, decoder and generator
     // Declared in teardown order: later members go first.
     Owned<cudaStream_t, StreamDeleter> streams_[kStreams];
     std::unique_ptr<void, DeviceFree> blas_workspace_[kStreams];
@@ -497,8 +567,8 @@ private:
     float* style_out_[2] = {nullptr, nullptr};  // fc(s) of each style bank
 };
 
-Lane::Lane(const ModelConfig& cfg, const DeviceWeights& weights, ops::GemmMath fast_math)
-    : cfg_(cfg), weights_(weights), fast_math_(fast_math), stft_(cfg.n_fft, cfg.hop) {
+Lane::Lane(const ModelConfig& cfg, const DeviceWeights& weights, bool fast)
+    : cfg_(cfg), weights_(weights), fast_(fast), stft_(cfg.n_fft, cfg.hop) {
     for (int i = 0; i < kStreams; ++i) {
         cudaStream_t stream = nullptr;
         KOKORO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -525,7 +595,7 @@ Lane::~Lane() {
     for (auto& stream : streams_) static_cast<void>(cudaStreamSynchronize(stream.get()));
 }
 
-Context Lane::context(int stream, ops::GemmMath math, Trace* trace) {
+Context Lane::context(int stream, bool fast, Trace* trace) {
     return Context{cfg_,
                    weights_,
                    ws_,
@@ -534,7 +604,7 @@ Context Lane::context(int stream, ops::GemmMath math, Trace* trace) {
                    events_[stream].get(),
                    {style_out_[0], style_out_[1]},
                    trace,
-                   math,
+                   fast,
                    stream == 0 ? "" : ".side"};
 }
 
@@ -602,8 +672,8 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
     float* logits = ws_.floats("engine.dur_logits", int64_t(T) * cfg_.max_dur);
     float* t_en = ws_.floats("engine.t_en", int64_t(hid) * T);
     int32_t* dur = ws_.ints("engine.durations", T);
-    const Context ctx = context(0, ops::GemmMath::kFp32, trace);
-    const Context side = context(1, fast_math_, trace);
+    const Context ctx = context(0, false, trace);
+    const Context side = context(1, fast_, trace);
 
     // Token side: text encoder || styles, ALBERT, bert_encoder, duration encoder and head.
     run_phase(token_graphs_, uint64_t(T), capture, [](CachedGraph&) {}, [&](ops::Stft&) {
@@ -675,13 +745,13 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
         ops::transpose(d, d_t, T, width, main);
         ops::expand_frames(d_t, frame_token, en, width, T, F, main);
         ctx.record("en", en, {width, F});
-        f0n_forward(ctx, side.with_math(ops::GemmMath::kFp32), en, F, f0, n);
+        f0n_forward(ctx, side.with_fast(false), en, F, f0, n);
         ctx.record("F0", f0, {2 * F});
         ctx.record("N", n, {2 * F});
         ctx.record("t_en", t_en, {hid, T});
         side.wait_for(ctx);  // f0
         const float* har = generator_source(side, stft, f0, F, u.deterministic, seed);
-        const Context fast = ctx.with_math(fast_math_);
+        const Context fast = ctx.with_fast(fast_);
         decoder_forward(fast, t_en, frame_token, T, F, f0, n, dec_out);
         fast.wait_for(side);  // har
         generator_forward(fast, stft, dec_out, har, F, audio);
@@ -703,15 +773,15 @@ Engine::Engine(const ModelConfig& config, const HostWeights& weights, int device
     : cfg_(config), device_(device), precision_(precision) {
     KOKORO_CUDA_CHECK(cudaSetDevice(device_));
     check_architecture(device_);
-    weights_ = std::make_unique<DeviceWeights>(weights, cfg_.style_dim);
+    weights_ = std::make_unique<DeviceWeights>(weights, cfg_.style_dim,
+                                               precision_ == Precision::kFast);
     lane(0);
 }
 
 Engine::~Engine() = default;  // the lanes drain their streams
 
 Lane& Engine::lane(size_t index) {
-    const ops::GemmMath fast =
-        precision_ == Precision::kFast ? ops::GemmMath::kTf32 : ops::GemmMath::kFp32;
+    const bool fast = precision_ == Precision::kFast;
     while (lanes_.size() <= index) lanes_.push_back(std::make_unique<Lane>(cfg_, *weights_, fast));
     return *lanes_[index];
 }

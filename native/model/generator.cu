@@ -4,7 +4,9 @@
 // branch (noise conv + AdaINResBlock1), the transposed-conv upsampler (plus a
 // reflection pad (1, 0) on the last stage), their sum, and the mean of the
 // stage's AdaINResBlock1s; finally LeakyReLU 0.01, conv_post, and the
-// spectral head + inverse STFT. Stage buffers come from the workspace.
+// spectral head + inverse STFT. Stage buffers come from the workspace, each
+// slot reused for everything whose lifetime does not overlap (the largest
+// stage, [128, 120 F], sets the generator's memory).
 #include <stdexcept>
 #include <string>
 
@@ -28,20 +30,16 @@ constexpr int kPostKernel = 7;
 // times: AdaIN + Snake, dilated conv, AdaIN + Snake, conv, residual add.
 void adain_resblock1(const Context& ctx, const std::string& prefix, const float* x, float* out,
                      int C, int T, int kernel, const std::vector<int>& dilations) {
-    float* snaked = ctx.floats("resblock.snaked", int64_t(C) * T);
     float* hidden = ctx.floats("resblock.hidden", int64_t(C) * T);
     const float* in = x;
     for (size_t j = 0; j < dilations.size(); ++j) {
         const std::string idx = std::to_string(j);
-        const int dilation = dilations[j];
-        ctx.adain(in, snaked, C, T, prefix + ".adain1." + idx + ".fc", ops::Activation::kSnake, 0.f,
-                  ctx.w(prefix + ".alpha1." + idx, C));
-        ctx.conv1d(prefix + ".convs1." + idx, snaked, hidden, C, C, T, kernel, 1,
-                   dilation * (kernel - 1) / 2, dilation, 1, true);
-        ctx.adain(hidden, hidden, C, T, prefix + ".adain2." + idx + ".fc", ops::Activation::kSnake,
-                  0.f, ctx.w(prefix + ".alpha2." + idx, C));
-        ctx.conv1d(prefix + ".convs2." + idx, hidden, out, C, C, T, kernel, 1, (kernel - 1) / 2, 1,
-                   1, true, in);
+        ctx.adain_conv1d(in, hidden, C, C, T, prefix + ".adain1." + idx + ".fc",
+                         ops::Activation::kSnake, 0.f, ctx.w(prefix + ".alpha1." + idx, C),
+                         prefix + ".convs1." + idx, kernel, dilations[j]);
+        ctx.adain_conv1d(hidden, out, C, C, T, prefix + ".adain2." + idx + ".fc",
+                         ops::Activation::kSnake, 0.f, ctx.w(prefix + ".alpha2." + idx, C),
+                         prefix + ".convs2." + idx, kernel, 1, in);
         in = out;
     }
 }
@@ -123,20 +121,21 @@ void generator_forward(const Context& ctx, ops::Stft& stft, const float* x, cons
                         last ? kLastNoiseResKernel : kNoiseResKernel,
                         cfg.resblock_dilation_sizes[0]);
 
-        float* upsampled = ctx.floats("generator.upsampled", int64_t(c_out) * t_up);
+        // The stage input source + upsampled is built in `source`; `branch` and
+        // `mean` (stage_x is consumed) are free until the residual blocks.
+        float* branch = ctx.floats("generator.branch", n);
+        float* mean = ctx.floats("generator.mean", n);
+        float* upsampled = branch;
         ctx.conv_transpose1d(g + ".ups." + idx, activated, upsampled, channels, c_out, T, kernel,
                              rate, (kernel - rate) / 2, 0, 1);
-        float* stage_in = ctx.floats("generator.stage_in", n);
         if (last) {
-            ops::reflection_pad(upsampled, stage_in, c_out, t_up, 1, 0, ctx.stream);
-            ops::add_scaled(stage_in, source, stage_in, n, 1.f, ctx.stream);
-        } else {
-            ops::add_scaled(upsampled, source, stage_in, n, 1.f, ctx.stream);
+            ops::reflection_pad(upsampled, mean, c_out, t_up, 1, 0, ctx.stream);
+            upsampled = mean;
         }
+        float* stage_in = source;
+        ops::add_scaled(stage_in, upsampled, stage_in, n, 1.f, ctx.stream);
 
         // Mean of the stage's residual blocks; the sum builds up in `mean`.
-        float* mean = ctx.floats(i % 2 ? "generator.mean_odd" : "generator.mean_even", n);
-        float* branch = ctx.floats("generator.branch", n);
         for (int j = 0; j < n_kernels; ++j) {
             const std::string block = g + ".resblocks." + std::to_string(i * n_kernels + j);
             adain_resblock1(ctx, block, stage_in, j == 0 ? mean : branch, c_out, t_stage,

@@ -15,22 +15,27 @@
 // bound acc and win, which then stay in L2 across the taps. One epilogue
 // pass writes y = acc + bias + residual.
 //
-// Conv1d, dense, stride 1, K >= 2, GemmMath::kTf32 (precision "fast"): one
-// implicit-GEMM kernel on the tensor cores instead, y[Cout, T] = W[Cout,
-// K * Cin] @ X[K * Cin, T] with X[(k, ci), t] = xpad[ci, t + k * dil] never
-// materialised. A block computes a 128 (Cout) x 128 (T) tile with 8 warps
-// (64 x 32 each, mma.sync m16n8k8 TF32, operands rounded with cvt.rna, fp32
-// accumulators), walking the reduction as 32-channel chunks (outer) x taps
-// (inner). Per chunk the input window x[ci0 : ci0 + 32, t0 - pad : t0 - pad +
-// 128 + dil (K - 1)] is copied to shared memory once (4-byte cp.async, zero
-// filled outside [0, Tin) and past Cin, so any Tin and pointer alignment
-// work) and every tap reads its shifted 32 x 128 operand from it; the weight
-// tile W[m0 : m0 + 128, k, ci0 : ci0 + 32] streams per step (16-byte cp.async
-// where Cin % 4 == 0 and w is 16-byte aligned, else 4-byte). Three weight
-// stages and two windows pipeline the copies behind the MMAs. Shared pitches
-// (36 and 8 mod 32 floats) make every fragment load conflict-free. The
-// epilogue adds bias and residual and stores y directly. Where the windows do
-// not fit the device's shared memory, the per-tap cuBLAS path runs instead.
+// Conv1d, dense, stride 1, K >= 2, on the tensor cores (precision "fast",
+// conv1d_half_rows): one implicit-GEMM kernel, y[Cout, T] = W[Cout, K * Cin]
+// @ X[K * Cin, T] with X[(k, ci), t] = x[t + k * dil - pad, ci] never
+// materialised. Operands are FP16 with fp32 accumulation (mma.sync
+// m16n8k16): FP16 rather than BF16 for its 11-bit significand (the TF32
+// precision at twice TF32's rate); the inputs are normalised activations and
+// folded weights, far inside FP16's range. The input comes as half rows
+// (half_rows.cuh: time-major [Tin, ld], ld = Cin rounded up to 8, written by
+// the preceding AdaIN + activation or by to_half_rows) and the weight as
+// [Cout, K, ld] FP16 (converted at upload), so a tap is a shift by whole
+// 16-byte-aligned rows and every operand load is a 16-byte cp.async and an
+// ldmatrix. A block computes a 128 (Cout) x kBN (T) tile with 8 warps (64 x
+// kBN / 4 each), walking the reduction as 32-channel chunks (outer) x taps
+// (inner): per chunk the window of rows t0 - pad .. t0 - pad + kBN + dil (K
+// - 1) is copied to shared memory once and every tap reads its shifted
+// operand from it; the weight tile W[m0 : m0 + 128, k, ci0 : ci0 + 32]
+// streams per step. Three weight stages and two windows pipeline the copies
+// behind the MMAs; 80-byte shared rows make every ldmatrix conflict-free.
+// kBN is 128, or 64 where 128 would not give every SM two blocks (short
+// inputs). The epilogue adds bias and residual and stores y (fp32,
+// channels-first) directly.
 //
 // Conv1d, dense, strided (the noise convs): im2col into `scratch` with
 // tap-major rows (cols[k * Cin + ci, t] = xpad[ci, t * stride + k * dil], so
@@ -49,7 +54,10 @@
 #include <algorithm>
 #include <cstdint>
 
+#include <string>
+
 #include "kokoro/check.h"
+#include "kokoro/half_rows.cuh"
 #include "kokoro/ops.h"
 
 namespace kokoro::ops {
@@ -235,102 +243,96 @@ void conv1d_taps(cublasHandle_t handle, const float* x, const float* w, const fl
 // The implicit-GEMM conv on the tensor cores (header comment).
 namespace igemm {
 
-constexpr int kBM = 128, kBN = 128, kBK = 32;  // block tile: Cout x T x reduction
+constexpr int kBM = 128, kBK = 32;  // block tile: Cout x reduction channels
 constexpr int kWarpsM = 2, kWarpsN = 4;
 constexpr int kBlockThreads = 32 * kWarpsM * kWarpsN;
-constexpr int kWarpM = kBM / kWarpsM, kWarpN = kBN / kWarpsN;  // 64 x 32
-constexpr int kMTiles = kWarpM / 16, kNTiles = kWarpN / 8;     // m16n8k8 tiles per warp
+constexpr int kWarpM = kBM / kWarpsM;  // 64
+constexpr int kMTiles = kWarpM / 16;   // m16n8k16 tiles per warp along Cout
 constexpr int kAStages = 3;
-constexpr int kLda = kBK + 4;  // weight tile pitch: fragment rows hit distinct banks
+constexpr int kPitch = kBK + 8;       // halves per shared row: 80 bytes, ldmatrix conflict-free
+constexpr int kPieces = kBK / 8;      // 16-byte pieces per row
 
-// Window pitch: >= kBN + halo and 8 mod 32, so the 4 k-rows of a B fragment
-// load land in disjoint groups of 8 banks.
-int window_pitch(int halo) { return round_up(kBN + halo - 8, 32) + 8; }
-
+template <int kBN>
 size_t smem_bytes(int halo) {
-    return sizeof(float) * (size_t(kAStages) * kBM * kLda + size_t(2) * kBK * window_pitch(halo));
+    return sizeof(__half) * kPitch * (size_t(kAStages) * kBM + size_t(2) * (kBN + halo));
 }
 
-// cp.async of kFloats floats (1 or 4), zero filled when !valid (src is then
-// not read).
-template <int kFloats>
-__device__ void cp_async(float* dst, const float* src, bool valid) {
+// 16-byte cp.async, zero filled when !valid (src is then not read).
+__device__ void cp_async16(__half* dst, const __half* src, bool valid) {
     const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    const int bytes = valid ? 4 * kFloats : 0;
-    if constexpr (kFloats == 4) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
-                     "r"(bytes));
-    } else {
-        static_assert(kFloats == 1, "cp_async copies 1 or 4 floats");
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src),
-                     "r"(bytes));
-    }
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+                 "r"(valid ? 16 : 0));
 }
-
 __device__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most one committed group is still in flight.
 __device__ void cp_async_wait_all_but_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
 
-__device__ uint32_t to_tf32(float v) {
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
-    return r;
+// Four 8 x 8 FP16 matrices from shared memory; lane l gives the address of
+// row l % 8 of matrix l / 8.
+__device__ void ldmatrix_x4(uint32_t (&r)[4], const __half* p) {
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
 }
 
-// acc += a (16 x 8, row) @ b (8 x 8, col), TF32 in, fp32 accumulate.
-__device__ void mma_tf32(float (&acc)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+// acc += a (16 x 16, row) @ b (16 x 8, col), FP16 in, fp32 accumulate.
+__device__ void mma_f16(float (&acc)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
         "{%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// y[co, t] = sum_{k, ci} w[co, k, ci] xpad[ci, t + k * dil] (+ b[co])
-// (+ residual[co, t]); residual may equal y. grid (time tiles, Cout tiles).
-// kAVec: floats per weight copy (4 needs Cin % 4 == 0 and w 16-byte aligned).
-template <int kAVec>
+// y[co, t] = sum_{k, ci} w[co, k, ci] x[t + k * dil - pad, ci] (+ b[co])
+// (+ residual[co, t]); x: half rows [Tin, ld], w: [Cout, K, ld] FP16;
+// residual may equal y. grid (time tiles, Cout tiles).
+template <int kBN>
 __global__ void __launch_bounds__(kBlockThreads, 2)
-    conv1d_igemm_kernel(const float* __restrict__ x, const float* __restrict__ w,
-                        const float* __restrict__ b, const float* residual, float* y, int Cin,
-                        int Cout, int Tin, int Tout, int K, int pad, int dilation, int ldw) {
-    extern __shared__ float4 smem_vec[];
-    float* const a_smem = reinterpret_cast<float*>(smem_vec);
-    float* const win_smem = a_smem + kAStages * kBM * kLda;
+    conv1d_half_rows_kernel(const __half* __restrict__ x, const __half* __restrict__ w,
+                            const float* __restrict__ b, const float* residual, float* y, int ld,
+                            int Cout, int Tin, int Tout, int K, int pad, int dilation) {
+    constexpr int kWarpN = kBN / kWarpsN;
+    constexpr int kNTiles = kWarpN / 8;
+    static_assert(kNTiles % 2 == 0, "B fragments load two n-tiles per ldmatrix.x4");
+    extern __shared__ uint4 smem_vec[];
+    __half* const a_smem = reinterpret_cast<__half*>(smem_vec);
+    __half* const win_smem = a_smem + kAStages * kBM * kPitch;
+    const int rows = kBN + dilation * (K - 1);
     const int t0 = blockIdx.x * kBN, m0 = blockIdx.y * kBM;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int chunks = (Cin + kBK - 1) / kBK, steps = chunks * K;
-    const int span = kBN + dilation * (K - 1);
-    const int64_t w_pitch = int64_t(K) * Cin;
+    const int chunks = (ld + kBK - 1) / kBK, steps = chunks * K;
+    const int64_t w_pitch = int64_t(K) * ld;
 
     // Weight tile of reduction step (chunk c, tap k) into stage `stage`.
     auto load_weights = [&](int c, int k, int stage) {
-        constexpr int kPerRow = kBK / kAVec;
-        float* dst = a_smem + stage * kBM * kLda;
-        for (int v = tid; v < kBM * kPerRow; v += kBlockThreads) {
-            const int r = v / kPerRow, col = v % kPerRow * kAVec;
+        __half* dst = a_smem + stage * kBM * kPitch;
+        for (int v = tid; v < kBM * kPieces; v += kBlockThreads) {
+            const int r = v / kPieces, col = v % kPieces * 8;
             const int co = m0 + r, ci = c * kBK + col;
-            const bool valid = co < Cout && ci < Cin;
-            cp_async<kAVec>(dst + r * kLda + col,
-                            valid ? w + co * w_pitch + int64_t(k) * Cin + ci : w, valid);
+            const bool valid = co < Cout && ci < ld;
+            cp_async16(dst + r * kPitch + col, valid ? w + co * w_pitch + int64_t(k) * ld + ci : w,
+                       valid);
         }
     };
-    // Input window of chunk c into buffer c % 2: one row per warp at a time.
+    // Input rows t0 - pad .. t0 - pad + rows - 1 of chunk c into buffer c % 2.
     auto load_window = [&](int c) {
-        float* dst = win_smem + (c % 2) * kBK * ldw;
-        for (int r = warp; r < kBK; r += kWarpsM * kWarpsN) {
-            const int ci = c * kBK + r;
-            for (int j = lane; j < span; j += 32) {
-                const int src = t0 - pad + j;
-                const bool valid = ci < Cin && src >= 0 && src < Tin;
-                cp_async<1>(dst + r * ldw + j, valid ? x + int64_t(ci) * Tin + src : x, valid);
-            }
+        __half* dst = win_smem + (c % 2) * rows * kPitch;
+        for (int v = tid; v < rows * kPieces; v += kBlockThreads) {
+            const int r = v / kPieces, col = v % kPieces * 8;
+            const int src = t0 - pad + r, ci = c * kBK + col;
+            const bool valid = src >= 0 && src < Tin && ci < ld;
+            cp_async16(dst + r * kPitch + col, valid ? x + int64_t(src) * ld + ci : x, valid);
         }
     };
 
     float acc[kMTiles][kNTiles][4] = {};
-    const int g = lane / 4, tq = lane % 4;
     const int wm = warp / kWarpsN * kWarpM, wn = warp % kWarpsN * kWarpN;
+    // ldmatrix row addresses: A rows lane % 16, k half lane / 16; B (rows are
+    // time steps) n = lane % 8 + 8 * (lane / 16), k half (lane / 8) % 2.
+    const int a_off = (wm + lane % 16) * kPitch + lane / 16 * 8;
+    const int b_off = (wn + lane % 8 + lane / 16 * 8) * kPitch + lane / 8 % 2 * 8;
 
     // Groups: group s holds the weights of step s and, when step s opens a
     // chunk, its window. Steps 0 and 1 are issued up front (K >= 2, so step 1
@@ -357,29 +359,21 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
         }
         cp_async_commit();
 
-        const float* as = a_smem + (s % kAStages) * kBM * kLda;
-        const float* bs = win_smem + (c % 2) * kBK * ldw + k * dilation;
+        const __half* as = a_smem + (s % kAStages) * kBM * kPitch + a_off;
+        const __half* bs = win_smem + ((c % 2) * rows + k * dilation) * kPitch + b_off;
 #pragma unroll
-        for (int kk = 0; kk < kBK; kk += 8) {
-            uint32_t af[kMTiles][4], bf[kNTiles][2];
+        for (int kk = 0; kk < kBK; kk += 16) {
+            uint32_t af[kMTiles][4], bf[kNTiles / 2][4];
 #pragma unroll
-            for (int mi = 0; mi < kMTiles; ++mi) {
-                const float* p = as + (wm + mi * 16 + g) * kLda + kk + tq;
-                af[mi][0] = to_tf32(p[0]);
-                af[mi][1] = to_tf32(p[8 * kLda]);
-                af[mi][2] = to_tf32(p[4]);
-                af[mi][3] = to_tf32(p[8 * kLda + 4]);
-            }
+            for (int mi = 0; mi < kMTiles; ++mi) ldmatrix_x4(af[mi], as + mi * 16 * kPitch + kk);
 #pragma unroll
-            for (int ni = 0; ni < kNTiles; ++ni) {
-                const float* p = bs + (kk + tq) * ldw + wn + ni * 8 + g;
-                bf[ni][0] = to_tf32(p[0]);
-                bf[ni][1] = to_tf32(p[4 * ldw]);
-            }
+            for (int np = 0; np < kNTiles / 2; ++np) ldmatrix_x4(bf[np], bs + np * 16 * kPitch + kk);
 #pragma unroll
             for (int mi = 0; mi < kMTiles; ++mi) {
 #pragma unroll
-                for (int ni = 0; ni < kNTiles; ++ni) mma_tf32(acc[mi][ni], af[mi], bf[ni]);
+                for (int ni = 0; ni < kNTiles; ++ni) {
+                    mma_f16(acc[mi][ni], af[mi], bf[ni / 2][ni % 2 * 2], bf[ni / 2][ni % 2 * 2 + 1]);
+                }
             }
         }
         if (++k == K) {
@@ -388,6 +382,7 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
         }
     }
 
+    const int g = lane / 4, tq = lane % 4;
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi) {
 #pragma unroll
@@ -411,29 +406,28 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     }
 }
 
-// Launches the kernel if the device's shared memory holds its windows;
-// false (nothing enqueued) otherwise.
-bool launch(const float* x, const float* w, const float* b, float* y, int Cin, int Cout, int Tin,
-            int Tout, int K, int pad, int dilation, const float* residual, cudaStream_t stream) {
+// The narrower time tile when the wide one would not fill every SM twice.
+template <int kBN>
+void launch(const __half* x, const __half* w, const float* b, float* y, int ld, int Cout, int Tin,
+            int Tout, int K, int pad, int dilation, const float* residual, int smem_optin,
+            cudaStream_t stream) {
     const int halo = dilation * (K - 1);
-    const size_t smem = smem_bytes(halo);
-    int device = 0, smem_optin = 0;
-    KOKORO_CUDA_CHECK(cudaGetDevice(&device));
-    KOKORO_CUDA_CHECK(
-        cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    if (smem > size_t(smem_optin)) return false;
-    const bool vec = Cin % 4 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
-    const auto kernel = vec ? conv1d_igemm_kernel<4> : conv1d_igemm_kernel<1>;
+    const size_t smem = smem_bytes<kBN>(halo);
+    if (smem > size_t(smem_optin)) {
+        throw CudaError("conv1d_half_rows: a window of " + std::to_string(kBN + halo) +
+                        " steps (dilation x (K - 1) = " + std::to_string(halo) +
+                        ") exceeds the GPU's shared memory");
+    }
     // Always the device's limit, never this launch's need: engine lanes launch
     // from several host threads, and one lowering the limit between another's
     // call and launch would fail that launch.
-    KOKORO_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin));
+    KOKORO_CUDA_CHECK(cudaFuncSetAttribute(conv1d_half_rows_kernel<kBN>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           smem_optin));
     const dim3 grid(unsigned((Tout + kBN - 1) / kBN), unsigned((Cout + kBM - 1) / kBM));
-    kernel<<<grid, kBlockThreads, smem, stream>>>(x, w, b, residual, y, Cin, Cout, Tin, Tout, K, pad,
-                                             dilation, window_pitch(halo));
-    KOKORO_CHECK_LAUNCH("conv1d_igemm_kernel");
-    return true;
+    conv1d_half_rows_kernel<kBN><<<grid, kBlockThreads, smem, stream>>>(
+        x, w, b, residual, y, ld, Cout, Tin, Tout, K, pad, dilation);
+    KOKORO_CHECK_LAUNCH("conv1d_half_rows_kernel");
 }
 
 }  // namespace igemm
@@ -447,6 +441,13 @@ void conv_weight_to_device_layout(const float* src, float* dst, int64_t A, int B
         for (int k = 0; k < K; ++k) {
             for (int i = 0; i < B; ++i) d[int64_t(k) * B + i] = s[int64_t(i) * K + k];
         }
+    }
+}
+
+void conv_weight_to_half_rows(const float* src, __half* dst, int64_t A, int K, int B) {
+    const int ld = half_rows_pitch(B);
+    for (int64_t r = 0; r < A * K; ++r) {
+        for (int i = 0; i < ld; ++i) dst[r * ld + i] = __float2half_rn(i < B ? src[r * B + i] : 0.f);
     }
 }
 
@@ -487,10 +488,6 @@ void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* 
         return;
     }
     if (conv1d_uses_taps(K, stride, pad)) {
-        if (math == GemmMath::kTf32 && K >= 2 &&
-            igemm::launch(x, w, b, y, Cin, Cout, Tin, Tout, K, pad, dilation, residual, stream)) {
-            return;
-        }
         conv1d_taps(handle, x, w, b, y, Cin, Cout, Tin, Tout, K, pad, dilation, residual, scratch,
                     stream, math);
         return;
@@ -514,6 +511,28 @@ void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* 
     const float* residual_pass = residual_in_place ? nullptr : residual;
     if (b != nullptr || residual_pass != nullptr) {
         launch_epilogue(y, Tout, b, residual_pass, y, Cout, Tout, Tout, stream);
+    }
+}
+
+void conv1d_half_rows(const __half* x, const __half* w, const float* b, float* y, int Cin,
+                      int Cout, int Tin, int K, int pad, int dilation, const float* residual,
+                      cudaStream_t stream) {
+    const int Tout = conv1d_out_len(Tin, K, 1, pad, dilation);
+    if (Cout == 0 || Tout <= 0) return;
+    if (K < 2) throw CudaError("conv1d_half_rows: needs K >= 2, got " + std::to_string(K));
+    int device = 0, smem_optin = 0, sms = 0;
+    KOKORO_CUDA_CHECK(cudaGetDevice(&device));
+    KOKORO_CUDA_CHECK(
+        cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int ld = half_rows_pitch(Cin);
+    const int64_t wide_tiles = int64_t((Tout + 127) / 128) * ((Cout + igemm::kBM - 1) / igemm::kBM);
+    if (wide_tiles >= 2 * int64_t(sms)) {
+        igemm::launch<128>(x, w, b, y, ld, Cout, Tin, Tout, K, pad, dilation, residual, smem_optin,
+                           stream);
+    } else {
+        igemm::launch<64>(x, w, b, y, ld, Cout, Tin, Tout, K, pad, dilation, residual, smem_optin,
+                          stream);
     }
 }
 

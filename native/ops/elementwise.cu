@@ -5,11 +5,14 @@
 // alignment, nearest upsampling, reflection padding) share one gather kernel
 // templated on the index map; pointwise maps share one kernel templated on
 // the functor. Everything is one thread per output element with time (the
-// contiguous axis) on threadIdx.x, so loads and stores coalesce.
+// contiguous axis) on threadIdx.x, so loads and stores coalesce; the
+// transposes (rows <-> channels, fp32 -> FP16 half rows) go through shared
+// tiles instead.
 #include <cmath>
 
 #include "kokoro/block_scan.cuh"
 #include "kokoro/check.h"
+#include "kokoro/half_rows.cuh"
 #include "kokoro/ops.h"
 
 namespace kokoro::ops {
@@ -153,6 +156,10 @@ __global__ void interpolate_linear_kernel(const float* x, float* out, int Tin, i
     out[c * Tout + j] = x[c * Tin + i0] * (1.f - w1) + x[c * Tin + i1] * w1;
 }
 
+__global__ void to_half_rows_kernel(const float* x, __half* y, int C, int T) {
+    write_half_rows_tile(x, y, C, T, [](int, float v) { return v; });
+}
+
 }  // namespace
 
 void albert_embeddings(const int32_t* ids, const float* word, const float* pos,
@@ -238,6 +245,12 @@ void interpolate_linear(const float* x, float* out, int C, int Tin, int Tout, do
     const dim3 grid(blocks_for(Tout), unsigned(C));
     interpolate_linear_kernel<<<grid, kThreads, 0, stream>>>(x, out, Tin, Tout, scale);
     KOKORO_CHECK_LAUNCH("interpolate_linear_kernel");
+}
+
+void to_half_rows(const float* x, __half* y, int C, int T, cudaStream_t stream) {
+    if (C == 0 || T == 0) return;
+    to_half_rows_kernel<<<half_rows_grid(C, T), kHalfRowsThreads, 0, stream>>>(x, y, C, T);
+    KOKORO_CHECK_LAUNCH("to_half_rows_kernel");
 }
 
 }  // namespace kokoro::ops

@@ -2,10 +2,12 @@
 // through. cuBLAS is column-major; a row-major C = op(A) op(B) is the
 // column-major C^T = op(B)^T op(A)^T, so the wrapper swaps the operands and
 // keeps each op flag (a row-major matrix read column-major is its transpose).
-// The bias of a linear layer is one extra pass over y (a broadcast add along
-// rows). GemmMath::kFp32 is cublasSgemm (the handle's default math, no
-// TF32); kTf32 is cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_TF32 on the same
-// fp32 buffers (tensor cores, fp32 accumulation).
+// matmul_batched is the same mapping on cublasSgemmStridedBatched (plain
+// fp32 only). The bias of a linear layer is one extra pass over y (a
+// broadcast add along rows). GemmMath::kFp32 is cublasSgemm (the handle's
+// default math, no TF32); kTf32 is cublasGemmEx with
+// CUBLAS_COMPUTE_32F_FAST_TF32 on the same fp32 buffers (tensor cores, fp32
+// accumulation).
 #include "kokoro/check.h"
 #include "kokoro/ops.h"
 
@@ -18,6 +20,13 @@ __global__ void add_bias_columns_kernel(float* y, const float* b, int64_t n, int
     if (i < n) y[i] += b[i % cols];
 }
 
+// Rebinding resets a workspace set with cublasSetWorkspace: only on a change.
+void bind_stream(cublasHandle_t handle, cudaStream_t stream) {
+    cudaStream_t bound = nullptr;
+    KOKORO_CUBLAS_CHECK(cublasGetStream(handle, &bound));
+    if (bound != stream) KOKORO_CUBLAS_CHECK(cublasSetStream(handle, stream));
+}
+
 }  // namespace
 
 void matmul(cublasHandle_t handle, bool trans_a, bool trans_b, int M, int N, int K, const float* A,
@@ -26,10 +35,7 @@ void matmul(cublasHandle_t handle, bool trans_a, bool trans_b, int M, int N, int
     const float alpha = 1.f;
     const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    // Rebinding resets a workspace set with cublasSetWorkspace: only on a change.
-    cudaStream_t bound = nullptr;
-    KOKORO_CUBLAS_CHECK(cublasGetStream(handle, &bound));
-    if (bound != stream) KOKORO_CUBLAS_CHECK(cublasSetStream(handle, stream));
+    bind_stream(handle, stream);
     if (math == GemmMath::kFp32) {
         KOKORO_CUBLAS_CHECK(
             cublasSgemm(handle, op_b, op_a, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
@@ -38,6 +44,19 @@ void matmul(cublasHandle_t handle, bool trans_a, bool trans_b, int M, int N, int
                                          A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc,
                                          CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
     }
+}
+
+void matmul_batched(cublasHandle_t handle, bool trans_a, bool trans_b, int M, int N, int K,
+                    const float* A, int lda, int64_t stride_a, const float* B, int ldb,
+                    int64_t stride_b, float beta, float* C, int ldc, int64_t stride_c, int batch,
+                    cudaStream_t stream) {
+    const float alpha = 1.f;
+    const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    bind_stream(handle, stream);
+    KOKORO_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, op_b, op_a, N, M, K, &alpha, B, ldb,
+                                                  stride_b, A, lda, stride_a, &beta, C, ldc,
+                                                  stride_c, batch));
 }
 
 void linear(cublasHandle_t handle, const float* x, const float* w, const float* b, float* y,

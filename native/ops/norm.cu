@@ -14,13 +14,16 @@
 // about its own mean (double) to the caller's scratch; pass 2 tiles every row
 // over many blocks, each combining its channel's partials in a fixed order
 // (no atomics: bit-for-bit repeatable) before the fused affine + activation.
-// Short rows take one fused block per channel. Bodies move as float4 from
+// Short rows take one fused block per channel. The half-rows variant (FP16
+// time-major output for the tensor-core conv) always runs pass 1, then a
+// transposing pass 2 (half_rows.cuh). Bodies move as float4 from
 // each row's first 16-byte boundary; heads and tails go scalar.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "kokoro/check.h"
+#include "kokoro/half_rows.cuh"
 #include "kokoro/ops.h"
 
 namespace kokoro::ops {
@@ -196,6 +199,7 @@ struct ChannelApply {
     float mean, rstd, scale, shift, slope, alpha, inv_alpha;
     Activation act;
 
+    ChannelApply() = default;  // for shared-memory arrays
     __device__ ChannelApply(const AdainArgs& a, int c, double mean_, double var) {
         mean = float(mean_);
         rstd = float(1.0 / sqrt(var + 1e-5));
@@ -262,42 +266,62 @@ __global__ void adain_stats_kernel(AdainArgs a, double* partials) {
     }
 }
 
-// Long rows, pass 2: block (tile, c) combines the channel's partials (warp 0:
-// lane l takes partials l, l + 32, ...; Chan et al.: m2 = sum of m2_b +
-// n_b (mean_b - mean)^2; a fixed shuffle tree, so every run adds in the same
-// order), then applies its tile.
+// Pass 2's statistics of channel c, by one warp: lane l takes partials l,
+// l + 32, ...; Chan et al.: m2 = sum of m2_b + n_b (mean_b - mean)^2; a
+// fixed shuffle tree, so every run adds in the same order. Returns (mean,
+// variance) in every lane.
+__device__ double2 combine_partials(const AdainArgs& a, const double* partials, int parts, int c) {
+    constexpr int kPerLane = kMaxParts / 32;
+    const int lane = threadIdx.x % 32;
+    const double* pc = partials + int64_t(c) * parts * kPartialDoubles;
+    double n[kPerLane], sums[kPerLane], m2s[kPerLane], sum = 0.0;
+    for (int k = 0; k < kPerLane; ++k) {
+        const int b = lane + 32 * k;
+        const bool live = b < parts;
+        n[k] = live ? pc[b * kPartialDoubles] : 0.0;
+        sums[k] = live ? pc[b * kPartialDoubles + 1] : 0.0;
+        m2s[k] = live ? pc[b * kPartialDoubles + 2] : 0.0;
+        sum += sums[k];
+    }
+    const double mean = warp_sum(sum) / a.T;
+    double m2 = 0.0;
+    for (int k = 0; k < kPerLane; ++k) {
+        if (n[k] > 0) {
+            const double d = sums[k] - n[k] * mean;
+            m2 += m2s[k] + d * d / n[k];
+        }
+    }
+    return make_double2(mean, warp_sum(m2) / a.T);
+}
+
+// Long rows, pass 2: block (tile, c) combines the channel's partials (warp
+// 0), then applies its tile.
 __global__ void adain_apply_kernel(AdainArgs a, const double* partials, int parts) {
-    __shared__ double stats[2];
+    __shared__ double2 stats;
     const int c = blockIdx.y;
     if (threadIdx.x < 32) {
-        constexpr int kPerLane = kMaxParts / 32;
-        const double* pc = partials + int64_t(c) * parts * kPartialDoubles;
-        double n[kPerLane], sums[kPerLane], m2s[kPerLane], sum = 0.0;
-        for (int k = 0; k < kPerLane; ++k) {
-            const int b = int(threadIdx.x) + 32 * k;
-            const bool live = b < parts;
-            n[k] = live ? pc[b * kPartialDoubles] : 0.0;
-            sums[k] = live ? pc[b * kPartialDoubles + 1] : 0.0;
-            m2s[k] = live ? pc[b * kPartialDoubles + 2] : 0.0;
-            sum += sums[k];
-        }
-        const double mean = warp_sum(sum) / a.T;
-        double m2 = 0.0;
-        for (int k = 0; k < kPerLane; ++k) {
-            if (n[k] > 0) {
-                const double d = sums[k] - n[k] * mean;
-                m2 += m2s[k] + d * d / n[k];
-            }
-        }
-        m2 = warp_sum(m2);
-        if (threadIdx.x == 0) {
-            stats[0] = mean;
-            stats[1] = m2 / a.T;
-        }
+        const double2 s = combine_partials(a, partials, parts, c);
+        if (threadIdx.x == 0) stats = s;
     }
     __syncthreads();
     apply_piece(a, c, Piece(a.x + int64_t(c) * a.T, a.T, blockIdx.x, gridDim.x),
-                ChannelApply(a, c, stats[0], stats[1]));
+                ChannelApply(a, c, stats.x, stats.y));
+}
+
+// Pass 2 into half rows: block (time tile, channel tile) combines the
+// partials of its 64 channels (one warp per channel in turn), then writes
+// its transposed tile (half_rows.cuh).
+__global__ void adain_half_rows_kernel(AdainArgs a, const double* partials, int parts,
+                                       __half* y) {
+    __shared__ ChannelApply apply[kHalfRowsTileC];
+    const int c0 = blockIdx.y * kHalfRowsTileC;
+    for (int r = threadIdx.x / 32; r < kHalfRowsTileC; r += kHalfRowsThreads / 32) {
+        if (c0 + r >= a.C) break;
+        const double2 s = combine_partials(a, partials, parts, c0 + r);
+        if (threadIdx.x % 32 == 0) apply[r] = ChannelApply(a, c0 + r, s.x, s.y);
+    }
+    __syncthreads();
+    write_half_rows_tile(a.x, y, a.C, a.T, [&](int r, float v) { return apply[r](v); });
 }
 
 }  // namespace
@@ -323,8 +347,7 @@ void layer_norm_channels(const float* x, float* y, int C, int T, const float* ga
 }
 
 int64_t adain_scratch_doubles(int C, int T) {
-    const int parts = stats_parts(T);
-    return parts > 1 ? int64_t(C) * parts * kPartialDoubles : 0;
+    return int64_t(C) * stats_parts(T) * kPartialDoubles;
 }
 
 void adain(const float* x, float* y, int C, int T, const float* style, Activation act,
@@ -346,6 +369,19 @@ void adain(const float* x, float* y, int C, int T, const float* style, Activatio
     adain_apply_kernel<<<dim3(unsigned(tiles), unsigned(C)), kAdainThreads, 0, stream>>>(
         args, scratch, parts);
     KOKORO_CHECK_LAUNCH("adain_apply_kernel");
+}
+
+void adain_half_rows(const float* x, __half* y, int C, int T, const float* style, Activation act,
+                     float act_slope, const float* alpha, double* scratch, cudaStream_t stream) {
+    if (C == 0 || T == 0) return;
+    const AdainArgs args{x, nullptr, C, T, style, act, act_slope, alpha, false};
+    const int parts = stats_parts(T);
+    adain_stats_kernel<<<dim3(unsigned(parts), unsigned(C)), kAdainThreads, 0, stream>>>(args,
+                                                                                       scratch);
+    KOKORO_CHECK_LAUNCH("adain_stats_kernel");
+    adain_half_rows_kernel<<<half_rows_grid(C, T), kHalfRowsThreads, 0, stream>>>(args, scratch,
+                                                                                 parts, y);
+    KOKORO_CHECK_LAUNCH("adain_half_rows_kernel");
 }
 
 }  // namespace kokoro::ops

@@ -5,6 +5,7 @@
 //   with LSTM parameters stacked per direction (biases folded) and all
 //   style projections fc(s) of one style half concatenated into one matrix,
 //   so a forward pass computes every AdaIN/AdaLayerNorm style in one GEMV;
+//   for precision "fast" also an FP16 copy of every dense conv weight;
 // - Workspace: named device scratch buffers, allocated on first use and
 //   reused across calls, grown only when a longer input needs more (the old
 //   buffer is retired, freed once the owner's streams have drained, and the
@@ -12,7 +13,7 @@
 // - Trace: host copies of the intermediates of docs/DESIGN.md, taken only
 //   when the caller asks for them;
 // - Context: what every model part needs (config, weights, workspace,
-//   cuBLAS handle, stream, style vectors, optional trace, GEMM math). Two
+//   cuBLAS handle, stream, style vectors, optional trace, precision). Two
 //   contexts on two streams may run model parts concurrently: each names its
 //   workspace slots with its own tag, and wait_for() orders them by events.
 // Model parts mirror the official modules (kokoro/modules.py, istftnet.py):
@@ -86,12 +87,18 @@ struct DeviceFree {
 
 class DeviceWeights {
 public:
-    DeviceWeights(const HostWeights& host, int style_dim);
+    // half_convs: also keep FP16 copies of the dense conv weights (K >= 2,
+    // at least kMinHalfChannels on the middle axis) for precision "fast".
+    DeviceWeights(const HostWeights& host, int style_dim, bool half_convs);
+    static constexpr int kMinHalfChannels = 32;
     DeviceWeights(const DeviceWeights&) = delete;
     DeviceWeights& operator=(const DeviceWeights&) = delete;
 
     // A weight by folded name, checked to hold `numel` values.
     const float* get(const std::string& name, int64_t numel) const;
+    // The FP16 copy of conv weight `name` in the layout of
+    // ops::conv_weight_to_half_rows, checked to hold `numel` values.
+    const __half* get_half(const std::string& name, int64_t numel) const;
 
     struct Lstm {
         const float* w_ih;  // [2, 4H, In]
@@ -125,9 +132,15 @@ private:
         const float* ptr;
         int64_t numel;
     };
+    struct HalfEntry {
+        const __half* ptr;
+        int64_t numel;
+    };
     std::unique_ptr<float, DeviceFree> arena_;
+    std::unique_ptr<__half, DeviceFree> half_arena_;
     size_t bytes_ = 0;
     std::unordered_map<std::string, Entry> entries_;
+    std::unordered_map<std::string, HalfEntry> half_entries_;
     std::unordered_map<std::string, Lstm> lstms_;
     std::unordered_map<std::string, StyleSlot> style_slots_;
     StyleBank banks_[2];
@@ -146,6 +159,7 @@ public:
     int32_t* ints(const std::string& slot, int64_t count);
     double* doubles(const std::string& slot, int64_t count);
     uint64_t* words(const std::string& slot, int64_t count);
+    __half* halves(const std::string& slot, int64_t count);
     size_t bytes() const;
     // Moves on whenever a buffer is replaced by a larger one: work captured
     // at an older generation may point at retired memory.
@@ -183,20 +197,22 @@ struct Context {
     cudaEvent_t event;          // marks this context's progress for wait_for()
     const float* style_out[2];  // fc(s) results of each style bank, on the device
     Trace* trace;               // null unless intermediates were asked for
-    ops::GemmMath math;         // of the conv1d / conv_transpose1d / linear GEMMs
+    bool fast;                  // precision "fast": TF32 GEMMs, FP16 tensor-core convs
     const char* tag;            // suffix of this context's workspace slot names
 
     // The workspace buffer `slot` of this context (its tag appended).
     float* floats(const std::string& slot, int64_t count) const { return ws.floats(slot + tag, count); }
+    __half* halves(const std::string& slot, int64_t count) const { return ws.halves(slot + tag, count); }
     // Work enqueued on this context from now on waits for everything
     // enqueued on `other` so far (an event; also a graph-capture edge).
     void wait_for(const Context& other) const;
-    // The same context with another GEMM math.
-    Context with_math(ops::GemmMath m) const {
+    // The same context in precision "fast" (true) or fp32 (false).
+    Context with_fast(bool f) const {
         Context c = *this;
-        c.math = m;
+        c.fast = f;
         return c;
     }
+    ops::GemmMath gemm_math() const { return fast ? ops::GemmMath::kTf32 : ops::GemmMath::kFp32; }
     const float* w(const std::string& name, int64_t numel) const {
         return weights.get(name, numel);
     }
@@ -208,9 +224,20 @@ struct Context {
     // The layers below look up `prefix.weight` (and `prefix.bias` when `bias`)
     // and take their scratch from the workspace.
     // Conv1d x [c_in, t_in] -> y [c_out, t_out]; y = conv + residual if given.
+    // In precision "fast", dense stride-1 convs with kernel >= 2 run on the
+    // FP16 tensor-core kernel (x converted to half rows first).
     void conv1d(const std::string& prefix, const float* x, float* y, int c_in, int c_out, int t_in,
                 int kernel, int stride, int pad, int dilation, int groups, bool bias,
                 const float* residual = nullptr) const;
+    // AdaIN1d + activation (style `fc_prefix`, `alpha` only for Snake) on x
+    // [c_in, T], then the dense stride-1 conv `conv_prefix` (with bias, same
+    // length): y = conv(act(adain(x))) (+ residual). In precision "fast" the
+    // activation is written straight as FP16 half rows for the tensor-core
+    // conv; otherwise through an fp32 buffer. y may equal residual, not x.
+    void adain_conv1d(const float* x, float* y, int c_in, int c_out, int T,
+                      const std::string& fc_prefix, ops::Activation act, float slope,
+                      const float* alpha, const std::string& conv_prefix, int kernel,
+                      int dilation, const float* residual = nullptr) const;
     // ConvTranspose1d x [c_in, t_in] -> y [c_out, t_out], with bias.
     void conv_transpose1d(const std::string& prefix, const float* x, float* y, int c_in, int c_out,
                           int t_in, int kernel, int stride, int pad, int output_padding,

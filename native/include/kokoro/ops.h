@@ -4,7 +4,9 @@
 // holds the reference implementation of every one of them.
 //
 // Conventions, shared by every op:
-// - All tensors are float32 device pointers, dense, row-major.
+// - All tensors are float32 device pointers, dense, row-major, except the
+//   FP16 "half rows" operands of the tensor-core convolution (half_rows.cuh:
+//   time-major [T, ld], ld = C rounded up to 8, pad columns zero).
 // - Sequences in the convolutional parts are channels-first: [C, T] (the
 //   PyTorch [1, C, T] layout without the batch axis). Linear layers and
 //   attention work on time-major [T, C] rows.
@@ -27,6 +29,7 @@
 #include <cstdint>
 
 #include <cublas_v2.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cufft.h>
 
@@ -43,6 +46,13 @@ enum class GemmMath { kFp32 = 0, kTf32 = 1 };
 void matmul(cublasHandle_t handle, bool trans_a, bool trans_b, int M, int N, int K, const float* A,
             int lda, const float* B, int ldb, float beta, float* C, int ldc, cudaStream_t stream,
             GemmMath math = GemmMath::kFp32);
+// `batch` independent row-major GEMMs as one cublasSgemmStridedBatched, plain
+// fp32: C_b = op(A_b) @ op(B_b) + beta * C_b with A_b = A + b * stride_a (B_b,
+// C_b alike; strides in elements), each as in matmul.
+void matmul_batched(cublasHandle_t handle, bool trans_a, bool trans_b, int M, int N, int K,
+                    const float* A, int lda, int64_t stride_a, const float* B, int ldb,
+                    int64_t stride_b, float beta, float* C, int ldc, int64_t stride_c, int batch,
+                    cudaStream_t stream);
 // y[rows, out] = x[rows, in] @ w[out, in]^T (+ b[out]) (+ beta * y). Plain GEMM
 // on cuBLAS (the one vendor op besides the FFTs). `b` may be null.
 void linear(cublasHandle_t handle, const float* x, const float* w, const float* b, float* y,
@@ -63,6 +73,11 @@ void leaky_relu(const float* x, float* y, int64_t n, float slope, cudaStream_t s
 // out = (a + b) * scale (out may equal a or b).
 void add_scaled(const float* a, const float* b, float* out, int64_t n, float scale,
                 cudaStream_t stream);
+// Row pitch of the half rows of a C-channel tensor: C rounded up to 8 (16 bytes).
+__host__ __device__ inline int half_rows_pitch(int C) { return (C + 7) / 8 * 8; }
+// x [C, T] fp32 -> half rows y [T, half_rows_pitch(C)] (FP16, pad columns
+// zero): the tensor-core conv's input where no AdaIN precedes it.
+void to_half_rows(const float* x, __half* y, int C, int T, cudaStream_t stream);
 // Copy a [rows, cols] block between row pitches (concatenation along
 // channels, slicing). Pitches in elements.
 void copy_rows(const float* src, int src_pitch, float* dst, int dst_pitch, int rows, int cols,
@@ -111,10 +126,14 @@ enum class Activation { kNone = 0, kLeakyRelu = 1, kSnake = 2 };
 // style[C:2C] = beta; then the activation: LeakyReLU(act_slope) or Snake
 // x + sin(alpha[c] x)^2 / alpha[c]. x, y: [C, T]; y may equal x. Long rows
 // split their statistics over several blocks, whose partials go to
-// `scratch`: adain_scratch_doubles(C, T) doubles (not floats; 0: may be null).
+// `scratch`: adain_scratch_doubles(C, T) doubles (not floats).
 void adain(const float* x, float* y, int C, int T, const float* style, Activation act,
            float act_slope, const float* alpha, double* scratch, cudaStream_t stream);
 int64_t adain_scratch_doubles(int C, int T);
+// The same AdaIN + activation written as half rows y [T, half_rows_pitch(C)]
+// (FP16, pad columns zero) for the tensor-core conv that follows.
+void adain_half_rows(const float* x, __half* y, int C, int T, const float* style, Activation act,
+                     float act_slope, const float* alpha, double* scratch, cudaStream_t stream);
 
 // ------------------------------------------------------------------ conv.cu
 // Host-side: a PyTorch conv weight [A, B, K] in the device layout [A, K, B]
@@ -123,14 +142,23 @@ void conv_weight_to_device_layout(const float* src, float* dst, int64_t A, int B
 // Conv1d: x [Cin, Tin] -> y [Cout, Tout], Tout = (Tin + 2 pad - dil (K - 1) - 1) / stride + 1.
 // w [Cout, K, Cin / groups]; b [Cout] or null. If `residual` is non-null,
 // y = conv(x) + residual (residual [Cout, Tout], may equal y). Dense stride-1
-// convs run as one GEMM per tap (chunked over time), or with GemmMath::kTf32
-// and K >= 2 as one implicit-GEMM tensor-core kernel; dense strided ones as
-// im2col + one GEMM per chunk; grouped and tiny ones as a direct kernel.
+// convs run as one GEMM per tap (chunked over time), dense strided ones as
+// im2col + one GEMM per chunk, both in the given GemmMath; grouped and tiny
+// ones as a direct fp32 kernel.
 void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* b, float* y,
             int Cin, int Cout, int Tin, int K, int stride, int pad, int dilation, int groups,
             const float* residual, float* scratch, cudaStream_t stream,
             GemmMath math = GemmMath::kFp32);
 int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation);
+// Conv1d, dense, stride 1, K >= 2, on the tensor cores (precision "fast"):
+// x half rows [Tin, ld] (ld = half_rows_pitch(Cin)), w FP16 [Cout, K, ld]
+// (conv_weight_to_half_rows), fp32 accumulation; b, residual and y as conv1d.
+void conv1d_half_rows(const __half* x, const __half* w, const float* b, float* y, int Cin,
+                      int Cout, int Tin, int K, int pad, int dilation, const float* residual,
+                      cudaStream_t stream);
+// Host-side: a device-layout conv weight [A, K, B] (fp32) as FP16 [A, K, ld],
+// ld = half_rows_pitch(B), pad columns zero.
+void conv_weight_to_half_rows(const float* src, __half* dst, int64_t A, int K, int B);
 int64_t conv1d_scratch_floats(int Cin, int Cout, int Tin, int K, int stride, int pad,
                               int dilation, int groups);
 // ConvTranspose1d: x [Cin, Tin] -> y [Cout, Tout],
@@ -160,9 +188,13 @@ int64_t lstm_scratch_floats(int T, int H);
 // Bidirectional multi-head attention on packed projections:
 // q, k, v [T, heads * head_dim] -> out [T, heads * head_dim],
 // softmax(q k^T / sqrt(head_dim) + mask) v, where keys at positions >=
-// valid_len get the additive mask (HF's large negative value).
-void attention(const float* q, const float* k, const float* v, float* out, int T, int heads,
-               int head_dim, int valid_len, cudaStream_t stream);
+// valid_len get the additive mask (HF's large negative value). Plain fp32
+// throughout (two batched SGEMMs around a softmax pass, never TF32);
+// `scratch` holds at least attention_scratch_floats(T, heads) (the scores).
+void attention(cublasHandle_t handle, const float* q, const float* k, const float* v, float* out,
+               int T, int heads, int head_dim, int valid_len, float* scratch,
+               cudaStream_t stream);
+int64_t attention_scratch_floats(int T, int heads);
 
 // ------------------------------------------------------------------ stft.cu
 // Forward STFT of a signal (n_fft 20, hop 5, periodic Hann, centred with
