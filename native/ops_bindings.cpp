@@ -381,8 +381,9 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
     if (is_fp16(math)) {
         require(stride == 1 && groups == 1 && K >= 2, "conv1d fp16: dense, stride 1, K >= 2 only");
         const DeviceArray<__half> rows = half_rows_input(x), dw = conv_weight_half(w);
+        DFloat scratch(ops::conv1d_half_rows_scratch_floats(Cin, Cout, Tin, K, pad, dilation));
         ops::conv1d_half_rows(rows.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K, pad,
-                              dilation, res_ptr, stream());
+                              dilation, res_ptr, scratch.get(), stream());
         return y.download({Cout, Tout});
     }
     DFloat dx = DFloat::from(x), dw = conv_weight(w);
@@ -431,10 +432,11 @@ double conv1d_time_ms(const FloatArray& x, const FloatArray& w, const FloatArray
     if (is_fp16(math)) {
         require(K >= 2, "conv1d_time_ms fp16: K >= 2 only");
         const DeviceArray<__half> rows = half_rows_input(x), dw = conv_weight_half(w);
+        DFloat scratch(ops::conv1d_half_rows_scratch_floats(Cin, Cout, Tin, K, pad, dilation));
         return time_ms(
             [&] {
                 ops::conv1d_half_rows(rows.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K,
-                                      pad, dilation, nullptr, stream());
+                                      pad, dilation, nullptr, scratch.get(), stream());
             },
             repeats);
     }

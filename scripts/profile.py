@@ -59,7 +59,10 @@ def forward(args: argparse.Namespace) -> None:
 
 
 def convs(args: argparse.Namespace) -> None:
-    ops = backends.load_native().ops
+    native, why = backends.load_native()
+    if native is None:
+        raise SystemExit(why)
+    ops = native.ops
     rng = np.random.default_rng(0)
     print(f"{'shape':24s} {'math':5s} {'ms':>8s} {'TFLOP/s':>8s}")
     for label, c, t, k, dil in CONV_SHAPES:
@@ -73,6 +76,9 @@ def convs(args: argparse.Namespace) -> None:
             print(f"{label:24s} {math:5s} {ms:8.3f} {flops / ms / 1e9:8.1f}")
 
 
+UNIT_MS = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0}
+
+
 def summary(args: argparse.Namespace) -> None:
     """Per kernel name: total time, share, calls (from ncu --csv output)."""
     totals: dict[str, float] = defaultdict(float)
@@ -82,7 +88,7 @@ def summary(args: argparse.Namespace) -> None:
     for row in csv.DictReader(lines):
         if row.get("Metric Name") != "gpu__time_duration.sum":
             continue
-        scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0}[row["Metric Unit"]]
+        scale = UNIT_MS[row["Metric Unit"]]
         name = row["Kernel Name"].split("(")[0][:70]
         totals[name] += float(row["Metric Value"].replace(",", "")) * scale
         calls[name] += 1

@@ -334,8 +334,9 @@ def test_conv1d(rng: np.random.Generator, case: tuple[int, ...]) -> None:
 # tensor-core kernel on half rows (math="fp16"), 1x1 and strided ones cuBLAS
 # in TF32 (math="tf32", which the bindings also offer for K >= 2). (Cin, Cout,
 # Tin, K, pad, dilation): every K / dilation the model uses, T and channels
-# off the tile sizes, T = 1, Cin % 8 != 0 (padded half rows), and lengths
-# that take the wide (128) and the narrow (64) time tile.
+# off the tile sizes, T = 1, Cin % 8 != 0 (padded half rows), lengths that
+# take the wide (128) and the narrow (64) time tile, and grids too small for
+# the GPU (the reduction split over blocks, partial sums added after).
 FAST_CONV1D_CASES = [
     (64, 48, 101, 3, 1, 1),
     (64, 48, 101, 3, 3, 3),
@@ -350,7 +351,8 @@ FAST_CONV1D_CASES = [
     (256, 256, 333, 3, 1, 1),  # two Cout tiles, eight reduction chunks
     (130, 200, 1, 3, 1, 1),  # T = 1
     (512, 512, 13, 5, 2, 1),  # text encoder k5
-    (1090, 100, 33, 3, 1, 1),  # decoder k3, Cin % 8 == 2
+    (1090, 100, 33, 3, 1, 1),  # decoder k3, Cin % 8 == 2; one tile: reduction split 18 ways
+    (1090, 1024, 92, 3, 1, 1),  # decoder on a short input: split reduction
     (128, 22, 257, 7, 3, 1),  # conv_post
     (128, 128, 34001, 7, 9, 3),  # wide time tiles (enough of them for every SM twice)
     (256, 256, 20011, 3, 1, 1),  # wide tiles, two Cout tiles

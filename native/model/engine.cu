@@ -409,12 +409,9 @@ void Context::conv1d(const std::string& prefix, const float* x, float* y, int c_
     const int64_t numel = int64_t(c_out) * (c_in / groups) * kernel;
     const float* b = bias ? weights.get(prefix + ".bias", c_out) : nullptr;
     if (fast && groups == 1 && stride == 1 && kernel >= 2) {
-        const __half* w = weights.get_half(prefix + ".weight",
-                                           int64_t(c_out) * kernel * ops::half_rows_pitch(c_in));
         __half* rows = halves("ops.half_rows", int64_t(t_in) * ops::half_rows_pitch(c_in));
         ops::to_half_rows(x, rows, c_in, t_in, stream);
-        ops::conv1d_half_rows(rows, w, b, y, c_in, c_out, t_in, kernel, pad, dilation, residual,
-                              stream);
+        conv1d_half_rows(prefix, rows, y, c_in, c_out, t_in, kernel, pad, dilation, b, residual);
         return;
     }
     const float* w = weights.get(prefix + ".weight", numel);
@@ -442,10 +439,20 @@ void Context::adain_conv1d(const float* x, float* y, int c_in, int c_out, int T,
         ws.doubles(std::string("ops.adain_partials") + tag, ops::adain_scratch_doubles(c_in, T));
     ops::adain_half_rows(x, rows, c_in, T, style(fc_prefix, c_in), act, slope, alpha, partials,
                          stream);
-    const __half* w = weights.get_half(conv_prefix + ".weight",
-                                       int64_t(c_out) * kernel * ops::half_rows_pitch(c_in));
-    ops::conv1d_half_rows(rows, w, weights.get(conv_prefix + ".bias", c_out), y, c_in, c_out, T,
-                          kernel, pad, dilation, residual, stream);
+    conv1d_half_rows(conv_prefix, rows, y, c_in, c_out, T, kernel, pad, dilation,
+                     weights.get(conv_prefix + ".bias", c_out), residual);
+}
+
+void Context::conv1d_half_rows(const std::string& prefix, const __half* rows, float* y, int c_in,
+                               int c_out, int t_in, int kernel, int pad, int dilation,
+                               const float* b, const float* residual) const {
+    const __half* w =
+        weights.get_half(prefix + ".weight", int64_t(c_out) * kernel * ops::half_rows_pitch(c_in));
+    const int64_t scratch_floats =
+        ops::conv1d_half_rows_scratch_floats(c_in, c_out, t_in, kernel, pad, dilation);
+    float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
+    ops::conv1d_half_rows(rows, w, b, y, c_in, c_out, t_in, kernel, pad, dilation, residual,
+                          scratch, stream);
 }
 
 void Context::conv_transpose1d(const std::string& prefix, const float* x, float* y, int c_in,

@@ -27,14 +27,17 @@
 // [Cout, K, ld] FP16 (converted at upload), so a tap is a shift by whole
 // 16-byte-aligned rows and every operand load is a 16-byte cp.async and an
 // ldmatrix. A block computes a 128 (Cout) x kBN (T) tile with 8 warps (64 x
-// kBN / 4 each), walking the reduction as 32-channel chunks (outer) x taps
+// kBN / 4 each), walking the reduction as 64-channel chunks (outer) x taps
 // (inner): per chunk the window of rows t0 - pad .. t0 - pad + kBN + dil (K
 // - 1) is copied to shared memory once and every tap reads its shifted
-// operand from it; the weight tile W[m0 : m0 + 128, k, ci0 : ci0 + 32]
+// operand from it; the weight tile W[m0 : m0 + 128, k, ci0 : ci0 + 64]
 // streams per step. Three weight stages and two windows pipeline the copies
-// behind the MMAs; 80-byte shared rows make every ldmatrix conflict-free.
-// kBN is 128, or 64 where 128 would not give every SM two blocks (short
-// inputs). The epilogue adds bias and residual and stores y (fp32,
+// behind the MMAs; 144-byte shared rows make every ldmatrix conflict-free.
+// kBN is 128, or 64 where 128 would not give every SM two blocks; where even
+// that leaves SMs idle (short inputs, the decoder's 1090-channel convs on few
+// frames), the reduction chunks are split over blocks that write partial
+// sums to `scratch`, added in a fixed order by a second kernel (repeatable
+// bits, no atomics). The epilogue adds bias and residual and stores y (fp32,
 // channels-first) directly.
 //
 // Conv1d, dense, strided (the noise convs): im2col into `scratch` with
@@ -64,7 +67,7 @@ namespace kokoro::ops {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMinGemmReduction = 32;
+constexpr int kMinGemmReduction = 16;  // Cin * K below this: the direct kernel
 constexpr int64_t kIm2colChunkFloats = int64_t(1) << 23;
 // Floats of the larger of acc [Cout, n] and win [Cin, ~n] per time chunk.
 constexpr int64_t kTapChunkFloats = int64_t(1) << 21;
@@ -243,13 +246,13 @@ void conv1d_taps(cublasHandle_t handle, const float* x, const float* w, const fl
 // The implicit-GEMM conv on the tensor cores (header comment).
 namespace igemm {
 
-constexpr int kBM = 128, kBK = 32;  // block tile: Cout x reduction channels
+constexpr int kBM = 128, kBK = 64;  // block tile: Cout x reduction channels
 constexpr int kWarpsM = 2, kWarpsN = 4;
 constexpr int kBlockThreads = 32 * kWarpsM * kWarpsN;
 constexpr int kWarpM = kBM / kWarpsM;  // 64
 constexpr int kMTiles = kWarpM / 16;   // m16n8k16 tiles per warp along Cout
 constexpr int kAStages = 3;
-constexpr int kPitch = kBK + 8;       // halves per shared row: 80 bytes, ldmatrix conflict-free
+constexpr int kPitch = kBK + 8;       // halves per shared row: 144 bytes, ldmatrix conflict-free
 constexpr int kPieces = kBK / 8;      // 16-byte pieces per row
 
 template <int kBN>
@@ -287,12 +290,16 @@ __device__ void mma_f16(float (&acc)[4], const uint32_t (&a)[4], uint32_t b0, ui
 
 // y[co, t] = sum_{k, ci} w[co, k, ci] x[t + k * dil - pad, ci] (+ b[co])
 // (+ residual[co, t]); x: half rows [Tin, ld], w: [Cout, K, ld] FP16;
-// residual may equal y. grid (time tiles, Cout tiles).
+// residual may equal y. grid (time tiles, Cout tiles, splits): split z sums
+// reduction chunks [z * chunks_per_split, (z + 1) * chunks_per_split); with
+// more than one split, each writes its sum to partial[z] ([Cout, Tout]) and
+// split_sum_kernel finishes.
 template <int kBN>
 __global__ void __launch_bounds__(kBlockThreads, 2)
     conv1d_half_rows_kernel(const __half* __restrict__ x, const __half* __restrict__ w,
-                            const float* __restrict__ b, const float* residual, float* y, int ld,
-                            int Cout, int Tin, int Tout, int K, int pad, int dilation) {
+                            const float* __restrict__ b, const float* residual, float* y,
+                            float* partial, int ld, int Cout, int Tin, int Tout, int K, int pad,
+                            int dilation, int chunks_per_split) {
     constexpr int kWarpN = kBN / kWarpsN;
     constexpr int kNTiles = kWarpN / 8;
     static_assert(kNTiles % 2 == 0, "B fragments load two n-tiles per ldmatrix.x4");
@@ -302,7 +309,8 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     const int rows = kBN + dilation * (K - 1);
     const int t0 = blockIdx.x * kBN, m0 = blockIdx.y * kBM;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int chunks = (ld + kBK - 1) / kBK, steps = chunks * K;
+    const int c_first = blockIdx.z * chunks_per_split;
+    const int steps = (min((ld + kBK - 1) / kBK, c_first + chunks_per_split) - c_first) * K;
     const int64_t w_pitch = int64_t(K) * ld;
 
     // Weight tile of reduction step (chunk c, tap k) into stage `stage`.
@@ -337,13 +345,13 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     // Groups: group s holds the weights of step s and, when step s opens a
     // chunk, its window. Steps 0 and 1 are issued up front (K >= 2, so step 1
     // never opens a chunk).
-    load_window(0);
-    load_weights(0, 0, 0);
+    load_window(c_first);
+    load_weights(c_first, 0, 0);
     cp_async_commit();
-    load_weights(0, 1, 1);
+    load_weights(c_first, 1, 1);
     cp_async_commit();
-    int next_c = 0, next_k = 1;  // (chunk, tap) of the step issued last
-    int c = 0, k = 0;            // (chunk, tap) of the step computed
+    int next_c = c_first, next_k = 1;  // (chunk, tap) of the step issued last
+    int c = c_first, k = 0;            // (chunk, tap) of the step computed
     for (int s = 0; s < steps; ++s) {
         cp_async_wait_all_but_one();
         // Group s has landed for every thread; stage (s + 2) % 3 and window
@@ -383,6 +391,11 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     }
 
     const int g = lane / 4, tq = lane % 4;
+    if (partial != nullptr) {
+        y = partial + int64_t(blockIdx.z) * Cout * Tout;
+        b = nullptr;
+        residual = nullptr;
+    }
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi) {
 #pragma unroll
@@ -406,11 +419,54 @@ __global__ void __launch_bounds__(kBlockThreads, 2)
     }
 }
 
-// The narrower time tile when the wide one would not fill every SM twice.
+// y[co, t] = sum_z partial[z, co, t] (+ b[co]) (+ residual[co, t]), z in
+// order (fixed summation order: repeatable bits). grid.y = co.
+__global__ void split_sum_kernel(const float* partial, int splits, const float* b,
+                                 const float* residual, float* y, int Cout, int Tout) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= Tout) return;
+    const int64_t i = int64_t(blockIdx.y) * Tout + t;
+    float v = 0.f;
+    for (int z = 0; z < splits; ++z) v += partial[int64_t(z) * Cout * Tout + i];
+    if (b != nullptr) v += b[blockIdx.y];
+    if (residual != nullptr) v += residual[i];
+    y[i] = v;
+}
+
+// The launch shape: the wide time tile (128) where it gives every SM two
+// blocks, else the narrow one (64), and then the reduction split over
+// enough blocks to give every SM two (short inputs; decoder convs on few
+// frames but 1090 channels).
+struct Plan {
+    int bn, splits, chunks_per_split;
+    int64_t blocks(int Cout, int Tout) const {
+        return int64_t((Tout + bn - 1) / bn) * ((Cout + kBM - 1) / kBM);
+    }
+};
+
+Plan plan(int Cin, int Cout, int Tout) {
+    int device = 0, sms = 0;
+    KOKORO_CUDA_CHECK(cudaGetDevice(&device));
+    KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int64_t want = 2 * int64_t(sms);
+    Plan p{128, 1, 0};
+    if (p.blocks(Cout, Tout) < want) p.bn = 64;
+    const int chunks = (half_rows_pitch(Cin) + kBK - 1) / kBK;
+    const int64_t blocks = p.blocks(Cout, Tout);
+    p.splits = int(std::min<int64_t>(chunks, (want + blocks - 1) / blocks));
+    p.chunks_per_split = (chunks + p.splits - 1) / p.splits;
+    p.splits = (chunks + p.chunks_per_split - 1) / p.chunks_per_split;  // none empty
+    return p;
+}
+
 template <int kBN>
-void launch(const __half* x, const __half* w, const float* b, float* y, int ld, int Cout, int Tin,
-            int Tout, int K, int pad, int dilation, const float* residual, int smem_optin,
-            cudaStream_t stream) {
+void launch(const Plan& p, const __half* x, const __half* w, const float* b, float* y,
+            float* partial, int ld, int Cout, int Tin, int Tout, int K, int pad, int dilation,
+            const float* residual, cudaStream_t stream) {
+    int device = 0, smem_optin = 0;
+    KOKORO_CUDA_CHECK(cudaGetDevice(&device));
+    KOKORO_CUDA_CHECK(
+        cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     const int halo = dilation * (K - 1);
     const size_t smem = smem_bytes<kBN>(halo);
     if (smem > size_t(smem_optin)) {
@@ -424,9 +480,11 @@ void launch(const __half* x, const __half* w, const float* b, float* y, int ld, 
     KOKORO_CUDA_CHECK(cudaFuncSetAttribute(conv1d_half_rows_kernel<kBN>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            smem_optin));
-    const dim3 grid(unsigned((Tout + kBN - 1) / kBN), unsigned((Cout + kBM - 1) / kBM));
+    const dim3 grid(unsigned((Tout + kBN - 1) / kBN), unsigned((Cout + kBM - 1) / kBM),
+                    unsigned(p.splits));
     conv1d_half_rows_kernel<kBN><<<grid, kBlockThreads, smem, stream>>>(
-        x, w, b, residual, y, ld, Cout, Tin, Tout, K, pad, dilation);
+        x, w, b, residual, y, p.splits > 1 ? partial : nullptr, ld, Cout, Tin, Tout, K, pad,
+        dilation, p.chunks_per_split);
     KOKORO_CHECK_LAUNCH("conv1d_half_rows_kernel");
 }
 
@@ -514,25 +572,33 @@ void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* 
     }
 }
 
+int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int pad,
+                                        int dilation) {
+    const int Tout = conv1d_out_len(Tin, K, 1, pad, dilation);
+    if (Cout == 0 || Tout <= 0) return 0;
+    const igemm::Plan p = igemm::plan(Cin, Cout, Tout);
+    return p.splits > 1 ? int64_t(p.splits) * Cout * Tout : 0;
+}
+
 void conv1d_half_rows(const __half* x, const __half* w, const float* b, float* y, int Cin,
                       int Cout, int Tin, int K, int pad, int dilation, const float* residual,
-                      cudaStream_t stream) {
+                      float* scratch, cudaStream_t stream) {
     const int Tout = conv1d_out_len(Tin, K, 1, pad, dilation);
     if (Cout == 0 || Tout <= 0) return;
     if (K < 2) throw CudaError("conv1d_half_rows: needs K >= 2, got " + std::to_string(K));
-    int device = 0, smem_optin = 0, sms = 0;
-    KOKORO_CUDA_CHECK(cudaGetDevice(&device));
-    KOKORO_CUDA_CHECK(
-        cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const igemm::Plan p = igemm::plan(Cin, Cout, Tout);
     const int ld = half_rows_pitch(Cin);
-    const int64_t wide_tiles = int64_t((Tout + 127) / 128) * ((Cout + igemm::kBM - 1) / igemm::kBM);
-    if (wide_tiles >= 2 * int64_t(sms)) {
-        igemm::launch<128>(x, w, b, y, ld, Cout, Tin, Tout, K, pad, dilation, residual, smem_optin,
+    if (p.bn == 128) {
+        igemm::launch<128>(p, x, w, b, y, scratch, ld, Cout, Tin, Tout, K, pad, dilation, residual,
                            stream);
     } else {
-        igemm::launch<64>(x, w, b, y, ld, Cout, Tin, Tout, K, pad, dilation, residual, smem_optin,
+        igemm::launch<64>(p, x, w, b, y, scratch, ld, Cout, Tin, Tout, K, pad, dilation, residual,
                           stream);
+    }
+    if (p.splits > 1) {
+        igemm::split_sum_kernel<<<per_channel_grid(Cout, Tout), kThreads, 0, stream>>>(
+            scratch, p.splits, b, residual, y, Cout, Tout);
+        KOKORO_CHECK_LAUNCH("split_sum_kernel");
     }
 }
 

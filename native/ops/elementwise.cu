@@ -157,7 +157,7 @@ __global__ void interpolate_linear_kernel(const float* x, float* out, int Tin, i
 }
 
 __global__ void to_half_rows_kernel(const float* x, __half* y, int C, int T) {
-    write_half_rows_tile(x, y, C, T, [](int, float v) { return v; });
+    write_half_rows(x, y, C, T, [](int, float v) { return v; });
 }
 
 }  // namespace

@@ -15,8 +15,9 @@
 // over many blocks, each combining its channel's partials in a fixed order
 // (no atomics: bit-for-bit repeatable) before the fused affine + activation.
 // Short rows take one fused block per channel. The half-rows variant (FP16
-// time-major output for the tensor-core conv) always runs pass 1, then a
-// transposing pass 2 (half_rows.cuh). Bodies move as float4 from
+// time-major output for the tensor-core conv) always runs pass 1, then one
+// warp per channel turns the partials into the channel's affine + activation
+// parameters, then a transposing pass 2 (half_rows.cuh) applies them. Bodies move as float4 from
 // each row's first 16-byte boundary; heads and tails go scalar.
 #include <algorithm>
 #include <cmath>
@@ -308,20 +309,25 @@ __global__ void adain_apply_kernel(AdainArgs a, const double* partials, int part
                 ChannelApply(a, c, stats.x, stats.y));
 }
 
-// Pass 2 into half rows: block (time tile, channel tile) combines the
-// partials of its 64 channels (one warp per channel in turn), then writes
-// its transposed tile (half_rows.cuh).
-__global__ void adain_half_rows_kernel(AdainArgs a, const double* partials, int parts,
-                                       __half* y) {
-    __shared__ ChannelApply apply[kHalfRowsTileC];
+// Pass 2 into half rows, step 1: one warp per channel combines the partials
+// into the channel's ChannelApply (stored after the partials in scratch).
+__global__ void adain_finalize_kernel(AdainArgs a, const double* partials, int parts,
+                                      ChannelApply* apply) {
+    const int c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (c >= a.C) return;
+    const double2 s = combine_partials(a, partials, parts, c);
+    if (threadIdx.x % 32 == 0) apply[c] = ChannelApply(a, c, s.x, s.y);
+}
+
+// Step 2: block (time tiles, channel tile) writes its transposed tiles
+// (half_rows.cuh) with its 64 channels' ChannelApply in shared memory.
+__global__ void adain_half_rows_kernel(AdainArgs a, const ChannelApply* apply, __half* y) {
+    __shared__ ChannelApply local[kHalfRowsTileC];
     const int c0 = blockIdx.y * kHalfRowsTileC;
-    for (int r = threadIdx.x / 32; r < kHalfRowsTileC; r += kHalfRowsThreads / 32) {
-        if (c0 + r >= a.C) break;
-        const double2 s = combine_partials(a, partials, parts, c0 + r);
-        if (threadIdx.x % 32 == 0) apply[r] = ChannelApply(a, c0 + r, s.x, s.y);
-    }
+    if (threadIdx.x < kHalfRowsTileC && c0 + int(threadIdx.x) < a.C)
+        local[threadIdx.x] = apply[c0 + threadIdx.x];
     __syncthreads();
-    write_half_rows_tile(a.x, y, a.C, a.T, [&](int r, float v) { return apply[r](v); });
+    write_half_rows(a.x, y, a.C, a.T, [&](int r, float v) { return local[r](v); });
 }
 
 }  // namespace
@@ -346,8 +352,11 @@ void layer_norm_channels(const float* x, float* y, int C, int T, const float* ga
     KOKORO_CHECK_LAUNCH("layer_norm_channels_kernel");
 }
 
+// The partials, then (half rows only) one ChannelApply per channel.
+constexpr int kApplyDoubles = (sizeof(ChannelApply) + sizeof(double) - 1) / sizeof(double);
+
 int64_t adain_scratch_doubles(int C, int T) {
-    return int64_t(C) * stats_parts(T) * kPartialDoubles;
+    return int64_t(C) * (stats_parts(T) * kPartialDoubles + kApplyDoubles);
 }
 
 void adain(const float* x, float* y, int C, int T, const float* style, Activation act,
@@ -379,8 +388,12 @@ void adain_half_rows(const float* x, __half* y, int C, int T, const float* style
     adain_stats_kernel<<<dim3(unsigned(parts), unsigned(C)), kAdainThreads, 0, stream>>>(args,
                                                                                        scratch);
     KOKORO_CHECK_LAUNCH("adain_stats_kernel");
-    adain_half_rows_kernel<<<half_rows_grid(C, T), kHalfRowsThreads, 0, stream>>>(args, scratch,
-                                                                                 parts, y);
+    auto* apply = reinterpret_cast<ChannelApply*>(scratch + int64_t(C) * parts * kPartialDoubles);
+    constexpr int kWarps = kAdainThreads / 32;
+    adain_finalize_kernel<<<unsigned((C + kWarps - 1) / kWarps), kAdainThreads, 0, stream>>>(
+        args, scratch, parts, apply);
+    KOKORO_CHECK_LAUNCH("adain_finalize_kernel");
+    adain_half_rows_kernel<<<half_rows_grid(C, T), kHalfRowsThreads, 0, stream>>>(args, apply, y);
     KOKORO_CHECK_LAUNCH("adain_half_rows_kernel");
 }
 

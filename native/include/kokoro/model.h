@@ -238,6 +238,10 @@ struct Context {
                       const std::string& fc_prefix, ops::Activation act, float slope,
                       const float* alpha, const std::string& conv_prefix, int kernel,
                       int dilation, const float* residual = nullptr) const;
+    // The tensor-core conv `prefix` (FP16 weights) on half rows [t_in, ld].
+    void conv1d_half_rows(const std::string& prefix, const __half* rows, float* y, int c_in,
+                          int c_out, int t_in, int kernel, int pad, int dilation, const float* b,
+                          const float* residual) const;
     // ConvTranspose1d x [c_in, t_in] -> y [c_out, t_out], with bias.
     void conv_transpose1d(const std::string& prefix, const float* x, float* y, int c_in, int c_out,
                           int t_in, int kernel, int stride, int pad, int output_padding,

@@ -153,9 +153,13 @@ int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation);
 // Conv1d, dense, stride 1, K >= 2, on the tensor cores (precision "fast"):
 // x half rows [Tin, ld] (ld = half_rows_pitch(Cin)), w FP16 [Cout, K, ld]
 // (conv_weight_to_half_rows), fp32 accumulation; b, residual and y as conv1d.
+// `scratch`: conv1d_half_rows_scratch_floats(...) floats (partial sums where
+// the reduction is split over blocks; 0: may be null).
 void conv1d_half_rows(const __half* x, const __half* w, const float* b, float* y, int Cin,
                       int Cout, int Tin, int K, int pad, int dilation, const float* residual,
-                      cudaStream_t stream);
+                      float* scratch, cudaStream_t stream);
+int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int pad,
+                                        int dilation);
 // Host-side: a device-layout conv weight [A, K, B] (fp32) as FP16 [A, K, ld],
 // ld = half_rows_pitch(B), pad columns zero.
 void conv_weight_to_half_rows(const float* src, __half* dst, int64_t A, int K, int B);
