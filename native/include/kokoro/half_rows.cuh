@@ -5,12 +5,12 @@
 // convolution tap then shifts whole rows: every tap's operand stays 16-byte
 // aligned for ldmatrix whatever the dilation.
 //
-// One block (kHalfRowsThreads threads) transposes 64-channel x 32-step tiles
+// One block (kHalfRowsThreads threads) transposes a 64-channel x 32-step tile
 // through shared memory, so that the reads (along t) and the writes (half2
 // along c) both coalesce; fn(c_local, v) transforms each value on its way
-// (identity for a plain conversion, AdaIN + activation in norm.cu). A block
-// takes kHalfRowsTilesPerBlock consecutive time tiles, so that per-block set-up
-// (norm.cu's per-channel parameters) is paid once per 128 steps. Grid:
+// (identity for a plain conversion, AdaIN + activation in norm.cu). The
+// loops are unrolled so that each warp has all its loads in flight at once
+// (the kernel is bound by memory latency otherwise). Grid:
 // half_rows_grid(C, T).
 #pragma once
 
@@ -22,38 +22,40 @@ namespace kokoro {
 
 constexpr int kHalfRowsTileC = 64;
 constexpr int kHalfRowsTileT = 32;
-constexpr int kHalfRowsTilesPerBlock = 4;
 constexpr int kHalfRowsThreads = 256;
 
 inline dim3 half_rows_grid(int C, int T) {
-    constexpr int kSteps = kHalfRowsTileT * kHalfRowsTilesPerBlock;
-    return dim3(unsigned((T + kSteps - 1) / kSteps),
+    return dim3(unsigned((T + kHalfRowsTileT - 1) / kHalfRowsTileT),
                 unsigned((ops::half_rows_pitch(C) + kHalfRowsTileC - 1) / kHalfRowsTileC));
 }
 
 template <typename Fn>
 __device__ void write_half_rows(const float* x, __half* y, int C, int T, Fn fn) {
+    constexpr int kWarps = kHalfRowsThreads / 32;
     __shared__ float tile[kHalfRowsTileC][kHalfRowsTileT + 1];
     const int ld = ops::half_rows_pitch(C);
-    const int c0 = blockIdx.y * kHalfRowsTileC;
+    const int c0 = blockIdx.y * kHalfRowsTileC, t0 = blockIdx.x * kHalfRowsTileT;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    constexpr int kWarps = kHalfRowsThreads / 32;
-    for (int i = 0; i < kHalfRowsTilesPerBlock; ++i) {
-        const int t0 = (blockIdx.x * kHalfRowsTilesPerBlock + i) * kHalfRowsTileT;
-        if (t0 >= T) break;
-        for (int r = warp; r < kHalfRowsTileC; r += kWarps) {
-            const int c = c0 + r, t = t0 + lane;
-            tile[r][lane] = c < C && t < T ? fn(r, x[int64_t(c) * T + t]) : 0.f;
+    const int t = t0 + lane;
+    float v[kHalfRowsTileC / kWarps];
+#pragma unroll
+    for (int i = 0; i < kHalfRowsTileC / kWarps; ++i) {
+        const int c = c0 + warp + i * kWarps;
+        v[i] = c < C && t < T ? x[int64_t(c) * T + t] : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < kHalfRowsTileC / kWarps; ++i) {
+        const int r = warp + i * kWarps;
+        tile[r][lane] = c0 + r < C && t < T ? fn(r, v[i]) : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kHalfRowsTileT / kWarps; ++i) {
+        const int tt = t0 + warp + i * kWarps, c = c0 + 2 * lane;
+        if (tt < T && c < ld) {
+            *reinterpret_cast<__half2*>(y + int64_t(tt) * ld + c) = __floats2half2_rn(
+                tile[2 * lane][warp + i * kWarps], tile[2 * lane + 1][warp + i * kWarps]);
         }
-        __syncthreads();
-        for (int r = warp; r < kHalfRowsTileT; r += kWarps) {
-            const int t = t0 + r, c = c0 + 2 * lane;
-            if (t < T && c < ld) {
-                *reinterpret_cast<__half2*>(y + int64_t(t) * ld + c) =
-                    __floats2half2_rn(tile[2 * lane][r], tile[2 * lane + 1][r]);
-            }
-        }
-        __syncthreads();  // before the next tile overwrites `tile`
     }
 }
 
