@@ -5,9 +5,12 @@ Two modes, both on the bench's random checkpoint and cases:
 - ``forward``: one traced (uncaptured, eager) forward per case, meant to run
   under Nsight Compute, which then reports every kernel::
 
-      ncu --metrics gpu__time_duration.sum --csv python3 scripts/profile.py forward \\
+      ncu --metrics gpu__time_duration.sum --csv python3 scripts/kernel_profile.py forward \\
           --cases short,long > ncu.csv
-      python3 scripts/profile.py summary ncu.csv
+      python3 scripts/kernel_profile.py summary ncu.csv
+
+(Not named profile.py: scripts/ comes first on sys.path when bench.py runs,
+and torch imports the standard library's profile module.)
 
 - ``convs``: the tensor-core conv alone (``ops.conv1d_time_ms``, math fp16 and
   tf32) on the generator's shapes at the long case's length, with TFLOP/s.
