@@ -1,19 +1,19 @@
 """Where the time goes: kernel times of one forward, and the conv kernel's rate.
 
-Two modes, both on the bench's random checkpoint and cases:
+Three modes (the third, ``summary``, tabulates the ncu CSV), on the bench's random checkpoint and cases:
 
-- ``forward``: one traced (uncaptured, eager) forward per case, meant to run
+- ``forward``: one uncaptured (eager) forward per case, meant to run
   under Nsight Compute, which then reports every kernel::
 
       ncu --metrics gpu__time_duration.sum --csv python3 scripts/kernel_profile.py forward \\
           --cases short,long > ncu.csv
       python3 scripts/kernel_profile.py summary ncu.csv
 
-(Not named profile.py: scripts/ comes first on sys.path when bench.py runs,
-and torch imports the standard library's profile module.)
-
 - ``convs``: the tensor-core conv alone (``ops.conv1d_time_ms``, math fp16 and
   tf32) on the generator's shapes at the long case's length, with TFLOP/s.
+
+(Not named profile.py: scripts/ comes first on sys.path when bench.py runs,
+and torch imports the standard library's profile module.)
 """
 
 from __future__ import annotations
