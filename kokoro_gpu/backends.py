@@ -5,11 +5,12 @@ durations). The CPU backend is the NumPy model in ``kokoro_gpu.model``; the CUDA
 backend drives the native engine (``kokoro_gpu._native``), which holds the
 weights on the GPU and runs the whole forward pass there in one call.
 
-Precision: ``"fp32"`` everywhere; ``"fast"`` runs the CUDA engine's GEMMs
-after the durations (text encoder, decoder, generator) on TF32 tensor cores
-with fp32 accumulation, keeping the duration path, the F0/N predictor, LSTM
-recurrences, norms, the source and the STFTs in fp32 (durations identical,
-audio within about 1e-2 of fp32). The CPU backend has no fast mode: it maps
+Precision: ``"fp32"`` everywhere; ``"fast"`` runs the CUDA engine's work
+after the durations (text encoder, decoder, generator) on tensor cores with
+fp32 accumulation (dense convolutions with FP16 operands, other GEMMs in
+TF32), keeping the duration path, the F0/N predictor, LSTM recurrences,
+norms, the source and the STFTs in fp32 (durations identical, audio within
+4e-3 of the float64 truth on the golden fixtures). The CPU backend has no fast mode: it maps
 ``"fast"`` to ``"fp32"`` (and reports ``precision == "fp32"``), so that
 ``device="auto"`` works with either precision.
 
