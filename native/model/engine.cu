@@ -337,31 +337,6 @@ void Workspace::release_retired() {
     retired_.clear();
 }
 
-float* Workspace::floats(const std::string& slot, int64_t count) {
-    return static_cast<float*>(
-        get(slot, sizeof(float) * static_cast<size_t>(std::max<int64_t>(count, 1))));
-}
-
-int32_t* Workspace::ints(const std::string& slot, int64_t count) {
-    return static_cast<int32_t*>(
-        get(slot, sizeof(int32_t) * static_cast<size_t>(std::max<int64_t>(count, 1))));
-}
-
-double* Workspace::doubles(const std::string& slot, int64_t count) {
-    return static_cast<double*>(
-        get(slot, sizeof(double) * static_cast<size_t>(std::max<int64_t>(count, 1))));
-}
-
-__half* Workspace::halves(const std::string& slot, int64_t count) {
-    return static_cast<__half*>(
-        get(slot, sizeof(__half) * static_cast<size_t>(std::max<int64_t>(count, 1))));
-}
-
-uint64_t* Workspace::words(const std::string& slot, int64_t count) {
-    return static_cast<uint64_t*>(
-        get(slot, sizeof(uint64_t) * static_cast<size_t>(std::max<int64_t>(count, 1))));
-}
-
 size_t Workspace::bytes() const {
     size_t total = 0;
     for (const auto& [slot, buffer] : buffers_) total += buffer.bytes;
@@ -386,9 +361,7 @@ const float* Context::style(const std::string& fc_prefix, int channels) const {
 
 void Context::adain(const float* x, float* y, int C, int T, const std::string& fc_prefix,
                     ops::Activation act, float slope, const float* alpha) const {
-    double* partials =
-        ws.doubles(std::string("ops.adain_partials") + tag, ops::adain_scratch_doubles(C, T));
-    ops::adain(x, y, C, T, style(fc_prefix, C), act, slope, alpha, partials, stream);
+    ops::adain(x, y, C, T, style(fc_prefix, C), act, slope, alpha, adain_partials(C, T), stream);
 }
 
 void Context::record(const char* key, const float* device, std::vector<int64_t> shape) const {
@@ -435,10 +408,8 @@ void Context::adain_conv1d(const float* x, float* y, int c_in, int c_out, int T,
         return;
     }
     __half* rows = halves("ops.half_rows", int64_t(T) * ops::half_rows_pitch(c_in));
-    double* partials =
-        ws.doubles(std::string("ops.adain_partials") + tag, ops::adain_scratch_doubles(c_in, T));
-    ops::adain_half_rows(x, rows, c_in, T, style(fc_prefix, c_in), act, slope, alpha, partials,
-                         stream);
+    ops::adain_half_rows(x, rows, c_in, T, style(fc_prefix, c_in), act, slope, alpha,
+                         adain_partials(c_in, T), stream);
     conv1d_half_rows(conv_prefix, rows, y, c_in, c_out, T, kernel, pad, dilation,
                      weights.get(conv_prefix + ".bias", c_out), residual);
 }

@@ -155,11 +155,11 @@ public:
 
     // The buffer named `slot`, holding at least `count` elements. It stays
     // valid until the next request of the same slot with a larger count.
-    float* floats(const std::string& slot, int64_t count);
-    int32_t* ints(const std::string& slot, int64_t count);
-    double* doubles(const std::string& slot, int64_t count);
-    uint64_t* words(const std::string& slot, int64_t count);
-    __half* halves(const std::string& slot, int64_t count);
+    float* floats(const std::string& slot, int64_t count) { return typed<float>(slot, count); }
+    int32_t* ints(const std::string& slot, int64_t count) { return typed<int32_t>(slot, count); }
+    double* doubles(const std::string& slot, int64_t count) { return typed<double>(slot, count); }
+    uint64_t* words(const std::string& slot, int64_t count) { return typed<uint64_t>(slot, count); }
+    __half* halves(const std::string& slot, int64_t count) { return typed<__half>(slot, count); }
     size_t bytes() const;
     // Moves on whenever a buffer is replaced by a larger one: work captured
     // at an older generation may point at retired memory.
@@ -169,6 +169,11 @@ public:
 
 private:
     void* get(const std::string& slot, size_t bytes);
+    // At least one element, so that an empty request still gets a valid pointer.
+    template <typename T>
+    T* typed(const std::string& slot, int64_t count) {
+        return static_cast<T*>(get(slot, sizeof(T) * static_cast<size_t>(count > 1 ? count : 1)));
+    }
     struct Buffer {
         void* ptr = nullptr;
         size_t bytes = 0;
@@ -203,6 +208,10 @@ struct Context {
     // The workspace buffer `slot` of this context (its tag appended).
     float* floats(const std::string& slot, int64_t count) const { return ws.floats(slot + tag, count); }
     __half* halves(const std::string& slot, int64_t count) const { return ws.halves(slot + tag, count); }
+    // The partial-statistics scratch of an AdaIN on [C, T] (ops::adain_scratch_doubles).
+    double* adain_partials(int C, int T) const {
+        return ws.doubles(std::string("ops.adain_partials") + tag, ops::adain_scratch_doubles(C, T));
+    }
     // Work enqueued on this context from now on waits for everything
     // enqueued on `other` so far (an event; also a graph-capture edge).
     void wait_for(const Context& other) const;
