@@ -345,11 +345,15 @@ py::array_t<float> to_half_rows(const FloatArray& x) {
 
 // ------------------------------------------------------------------ conv
 // "fp32" / "tf32": ops::conv1d in that GemmMath; "fp16": the tensor-core
-// conv1d_half_rows (x converted by to_half_rows first).
-bool is_fp16(const std::string& math) { return math == "fp16"; }
+// conv1d_half_rows (x converted by to_half_rows first) with its best kernel
+// here, "fp16_mma_sync" with its mma.sync kernel.
+bool is_fp16(const std::string& math) { return math == "fp16" || math == "fp16_mma_sync"; }
+ops::HalfConvKernel half_conv_kernel(const std::string& math) {
+    return math == "fp16_mma_sync" ? ops::HalfConvKernel::kMmaSync : ops::HalfConvKernel::kBest;
+}
 ops::GemmMath gemm_math(const std::string& math) {
     if (math == "fp32") return ops::GemmMath::kFp32;
-    require(math == "tf32", "unknown math " + math + " (fp32, tf32 or fp16)");
+    require(math == "tf32", "unknown math " + math + " (fp32, tf32, fp16 or fp16_mma_sync)");
     return ops::GemmMath::kTf32;
 }
 
@@ -383,7 +387,7 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
         const DeviceArray<__half> rows = half_rows_input(x), dw = conv_weight_half(w);
         DFloat scratch(ops::conv1d_half_rows_scratch_floats(Cin, Cout, Tin, K, pad, dilation));
         ops::conv1d_half_rows(rows.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K, pad,
-                              dilation, res_ptr, scratch.get(), stream());
+                              dilation, res_ptr, scratch.get(), stream(), half_conv_kernel(math));
         return y.download({Cout, Tout});
     }
     DFloat dx = DFloat::from(x), dw = conv_weight(w);
@@ -436,7 +440,8 @@ double conv1d_time_ms(const FloatArray& x, const FloatArray& w, const FloatArray
         return time_ms(
             [&] {
                 ops::conv1d_half_rows(rows.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K,
-                                      pad, dilation, nullptr, scratch.get(), stream());
+                                      pad, dilation, nullptr, scratch.get(), stream(),
+                                      half_conv_kernel(math));
             },
             repeats);
     }
@@ -483,17 +488,31 @@ py::array_t<float> lstm_bidirectional(const FloatArray& x, const FloatArray& w_i
     return out.download({T, 2 * H});
 }
 
+// packed: q, k, v go to the device as the column blocks of one [T, 3 * width]
+// matrix (the engine's fused QKV projection), read at row pitch 3 * width.
 py::array_t<float> attention(const FloatArray& q, const FloatArray& k, const FloatArray& v, int heads,
-                             int valid_len) {
+                             int valid_len, bool packed) {
     require_ndim(q, 2, "q");
     const int T = dim(q, 0), width = dim(q, 1);
     require(width % heads == 0 && k.size() == q.size() && v.size() == q.size(),
             "attention: shapes do not match");
-    DFloat dq = DFloat::from(q), dk = DFloat::from(k), dv = DFloat::from(v);
     DFloat out = DFloat::poisoned(int64_t(T) * width);
     DFloat scratch = DFloat::poisoned(ops::attention_scratch_floats(T, heads));
+    if (packed) {
+        DFloat d(int64_t(T) * 3 * width);
+        const float* parts[3] = {q.data(), k.data(), v.data()};
+        const size_t row = sizeof(float) * width;
+        for (int p = 0; p < 3; ++p) {
+            KOKORO_CUDA_CHECK(cudaMemcpy2DAsync(d.get() + p * width, 3 * row, parts[p], row, row,
+                                                size_t(T), cudaMemcpyHostToDevice, stream()));
+        }
+        ops::attention(context().blas, d.get(), d.get() + width, d.get() + 2 * width, out.get(), T,
+                       heads, width / heads, 3 * width, valid_len, scratch.get(), stream());
+        return out.download({T, width});
+    }
+    DFloat dq = DFloat::from(q), dk = DFloat::from(k), dv = DFloat::from(v);
     ops::attention(context().blas, dq.get(), dk.get(), dv.get(), out.get(), T, heads,
-                   width / heads, valid_len, scratch.get(), stream());
+                   width / heads, width, valid_len, scratch.get(), stream());
     return out.download({T, width});
 }
 
@@ -569,7 +588,8 @@ void register_ops(py::module_& m) {
     o.def("conv_transpose1d", &conv_transpose1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1,
           "pad"_a = 0, "output_padding"_a = 0, "groups"_a = 1);
     o.def("lstm_bidirectional", &lstm_bidirectional, "x"_a, "w_ih"_a, "w_hh"_a, "b"_a);
-    o.def("attention", &attention, "q"_a, "k"_a, "v"_a, "heads"_a, "valid_len"_a);
+    o.def("attention", &attention, "q"_a, "k"_a, "v"_a, "heads"_a, "valid_len"_a,
+          "packed"_a = false);
     o.def("stft_mag_phase", &stft_mag_phase, "x"_a, "n_fft"_a = 20, "hop"_a = 5);
     o.def("istft_from_logits", &istft_from_logits, "logits"_a, "n_fft"_a = 20, "hop"_a = 5);
     o.def("harmonic_source", &harmonic_source, "f0"_a, "upp"_a, "lin_w"_a, "lin_b"_a,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check, meant as ONE call on a CUDA machine (repository root as the
-# working directory): build and install the package for sm_90 only (no build
+# working directory): build and install the package for sm_90a only (no build
 # isolation: the machine has no network), then, on the INSTALLED package,
 # print backend_info, run the GPU tests (engine, ops, backend selection, and
 # the golden parity tests), print the parity table in both precisions, and run
@@ -12,7 +12,7 @@ R="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$R"
 
 python -m pip install --no-build-isolation --no-deps -q \
-    -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 -Ccmake.define.KOKORO_REQUIRE_NATIVE=ON .
+    -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90a -Ccmake.define.KOKORO_REQUIRE_NATIVE=ON .
 
 # From /tmp, so that the source tree does not shadow the installed package.
 cd /tmp

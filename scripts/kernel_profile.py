@@ -9,8 +9,10 @@ Three modes (the third, ``summary``, tabulates the ncu CSV), on the bench's rand
           --cases short,long > ncu.csv
       python3 scripts/kernel_profile.py summary ncu.csv
 
-- ``convs``: the tensor-core conv alone (``ops.conv1d_time_ms``, math fp16 and
-  tf32) on the generator's shapes at the long case's length, with TFLOP/s.
+- ``convs``: the tensor-core conv alone (``ops.conv1d_time_ms``: math fp16 is
+  the engine's kernel, wgmma on Hopper; fp16_mma_sync the portable one; tf32
+  cuBLAS) on the generator's shapes at the long case's length (and one at the
+  short case's), with TFLOP/s.
 
 (Not named profile.py: scripts/ comes first on sys.path when bench.py runs,
 and torch imports the standard library's profile module.)
@@ -47,6 +49,7 @@ CONV_SHAPES = [
     ("stage0 k3 d1", 256, 20 * LONG_FRAMES, 3, 1),
     ("stage0 k11 d5", 256, 20 * LONG_FRAMES, 11, 5),
     ("decoder k3 1090->1024", 1090, LONG_FRAMES, 3, 1),
+    ("short stage1 k7 d3", 128, 120 * 92 + 1, 7, 3),
 ]
 
 
@@ -67,7 +70,7 @@ def convs(args: argparse.Namespace) -> None:
         raise SystemExit(why)
     ops = native.ops
     rng = np.random.default_rng(0)
-    print(f"{'shape':24s} {'math':5s} {'ms':>8s} {'TFLOP/s':>8s}")
+    print(f"{'shape':24s} {'math':13s} {'ms':>8s} {'TFLOP/s':>8s}")
     for label, c, t, k, dil in CONV_SHAPES:
         c_out = 1024 if c == 1090 else c
         x = rng.standard_normal((c, t), dtype=np.float32)
@@ -76,7 +79,7 @@ def convs(args: argparse.Namespace) -> None:
         flops = 2.0 * c_out * c * k * t
         for math in args.math:
             ms = ops.conv1d_time_ms(x, w, b, dil * (k - 1) // 2, dil, math, 20)
-            print(f"{label:24s} {math:5s} {ms:8.3f} {flops / ms / 1e9:8.1f}")
+            print(f"{label:24s} {math:13s} {ms:8.3f} {flops / ms / 1e9:8.1f}")
 
 
 UNIT_MS = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0}
@@ -108,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--cases", type=lambda s: s.split(","), default=["short", "long"])
     f.add_argument("--precision", default="fast")
     c = sub.add_parser("convs")
-    c.add_argument("--math", type=lambda s: s.split(","), default=["fp16", "tf32"])
+    c.add_argument("--math", type=lambda s: s.split(","), default=["fp16", "fp16_mma_sync", "tf32"])
     s = sub.add_parser("summary")
     s.add_argument("csv", type=Path)
     s.add_argument("--top", type=int, default=25)

@@ -331,7 +331,9 @@ def test_conv1d(rng: np.random.Generator, case: tuple[int, ...]) -> None:
 
 
 # Precision "fast": dense stride-1 convs with K >= 2 run the FP16 implicit-GEMM
-# tensor-core kernel on half rows (math="fp16"), 1x1 and strided ones cuBLAS
+# tensor-core kernel on half rows (math="fp16": wgmma on Hopper builds with
+# sm_90a, else mma.sync; math="fp16_mma_sync" forces the latter, so a Hopper
+# run checks both kernels), 1x1 and strided ones cuBLAS
 # in TF32 (math="tf32", which the bindings also offer for K >= 2). (Cin, Cout,
 # Tin, K, pad, dilation): every K / dilation the model uses, T and channels
 # off the tile sizes, T = 1, Cin % 8 != 0 (padded half rows), lengths that
@@ -366,8 +368,9 @@ def round_half(a: np.ndarray) -> np.ndarray:
     return a.astype(np.float16).astype(np.float64)
 
 
+@pytest.mark.parametrize("math_name", ["fp16", "fp16_mma_sync"])
 @pytest.mark.parametrize("case", FAST_CONV1D_CASES, ids=lambda c: "x".join(map(str, c)))
-def test_conv1d_fp16(rng: np.random.Generator, case: tuple[int, ...]) -> None:
+def test_conv1d_fp16(rng: np.random.Generator, case: tuple[int, ...], math_name: str) -> None:
     """Against the float64 conv of the FP16-rounded operands (only fp32 accumulation
     error remains), and of the exact operands (the rounding itself)."""
     c_in, c_out, t_in, k, pad, dilation = case
@@ -375,18 +378,18 @@ def test_conv1d_fp16(rng: np.random.Generator, case: tuple[int, ...]) -> None:
     w = f32(rng.standard_normal((c_out, c_in, k)) / math.sqrt(c_in * k))
     b = f32(rng.standard_normal(c_out))
     rounded = ref.conv1d(round_half(x), round_half(w), f64(b), 1, pad, dilation, 1)
-    got = gpu.conv1d(x, w, b, 1, pad, dilation, math="fp16")
-    check(f"conv1d fp16 {case} vs rounded operands", got, rounded, reduction_tol(c_in * k))
+    got = gpu.conv1d(x, w, b, 1, pad, dilation, math=math_name)
+    check(f"conv1d {math_name} {case} vs rounded operands", got, rounded, reduction_tol(c_in * k))
     want = ref.conv1d(f64(x), f64(w), f64(b), 1, pad, dilation, 1)
-    check(f"conv1d fp16 {case}", got, want, HALF_OPERAND_TOL)
+    check(f"conv1d {math_name} {case}", got, want, HALF_OPERAND_TOL)
     nobias = ref.conv1d(round_half(x), round_half(w), None, 1, pad, dilation, 1)
-    got = gpu.conv1d(x, w, None, 1, pad, dilation, math="fp16")
-    check(f"conv1d fp16 no bias {case}", got, nobias, reduction_tol(c_in * k))
+    got = gpu.conv1d(x, w, None, 1, pad, dilation, math=math_name)
+    check(f"conv1d {math_name} no bias {case}", got, nobias, reduction_tol(c_in * k))
     residual = f32(rng.standard_normal(want.shape))
     for in_place in (False, True):
-        got = gpu.conv1d(x, w, b, 1, pad, dilation, 1, residual, in_place, "fp16")
+        got = gpu.conv1d(x, w, b, 1, pad, dilation, 1, residual, in_place, math_name)
         check(
-            f"conv1d fp16 + residual (in place {in_place}) {case}",
+            f"conv1d {math_name} + residual (in place {in_place}) {case}",
             got,
             rounded + f64(residual),
             reduction_tol(c_in * k),
@@ -518,14 +521,19 @@ def test_lstm_bidirectional(rng: np.random.Generator, t_len: int, d_in: int, hid
     ],
 )
 @pytest.mark.parametrize("masked", [0, 3])
-def test_attention(rng: np.random.Generator, t_len: int, heads: int, head_dim: int, masked: int) -> None:
+# packed: q, k, v as the column blocks of one [T, 3 * width] matrix (row pitch 3 * width), the
+# engine's fused QKV projection.
+@pytest.mark.parametrize("packed", [False, True])
+def test_attention(
+    rng: np.random.Generator, t_len: int, heads: int, head_dim: int, masked: int, packed: bool
+) -> None:
     width = heads * head_dim
     q, k, v = (f32(rng.standard_normal((t_len, width))) for _ in range(3))
     valid_len = max(t_len - masked, 1)
     want = ref.attention(f64(q), f64(k), f64(v), heads, valid_len)
     check(
-        f"attention T={t_len} {heads}x{head_dim} valid={valid_len}",
-        gpu.attention(q, k, v, heads, valid_len),
+        f"attention T={t_len} {heads}x{head_dim} valid={valid_len} packed={packed}",
+        gpu.attention(q, k, v, heads, valid_len, packed=packed),
         want,
         SHORT_REDUCTION_TOL,
     )

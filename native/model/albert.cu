@@ -2,7 +2,9 @@
 // position + token-type-0 embeddings, LayerNorm, the 128 -> hidden mapping,
 // then ONE shared transformer layer applied bert_layers times. Time-major
 // [T, C] rows throughout; the residual adds ride on the GEMMs (beta = 1) and
-// the attention mask is empty (batch of one, every position valid).
+// the attention mask is empty (batch of one, every position valid). Query,
+// key and value come from ONE GEMM on the stacked "attention.qkv" weight
+// (DeviceWeights): [T, 3 * hid], read by the attention at row pitch 3 * hid.
 #include "kokoro/model.h"
 
 namespace kokoro {
@@ -32,9 +34,7 @@ void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out) {
     float* h = out;  // [T, hid], updated in place layer by layer
     ctx.linear("bert.encoder.embedding_hidden_mapping_in", embedded, h, T, emb, hid);
 
-    float* q = ctx.floats("albert.q", int64_t(T) * hid);
-    float* k = ctx.floats("albert.k", int64_t(T) * hid);
-    float* v = ctx.floats("albert.v", int64_t(T) * hid);
+    float* qkv = ctx.floats("albert.qkv", int64_t(T) * 3 * hid);
     float* attended = ctx.floats("albert.attended", int64_t(T) * hid);
     float* scores = ctx.floats("albert.scores", ops::attention_scratch_floats(T, cfg.bert_heads));
     float* ffn = ctx.floats("albert.ffn", int64_t(T) * inter);
@@ -45,11 +45,9 @@ void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out) {
     const int head_dim = hid / cfg.bert_heads;
 
     for (int i = 0; i < cfg.bert_layers; ++i) {
-        ctx.linear(layer + ".attention.query", h, q, T, hid, hid);
-        ctx.linear(layer + ".attention.key", h, k, T, hid, hid);
-        ctx.linear(layer + ".attention.value", h, v, T, hid, hid);
-        ops::attention(ctx.blas, q, k, v, attended, T, cfg.bert_heads, head_dim, T, scores,
-                       ctx.stream);
+        ctx.linear(layer + ".attention.qkv", h, qkv, T, hid, 3 * hid);
+        ops::attention(ctx.blas, qkv, qkv + hid, qkv + 2 * hid, attended, T, cfg.bert_heads,
+                       head_dim, 3 * hid, T, scores, ctx.stream);
         // h = LayerNorm(h + dense(attended))
         ctx.linear(layer + ".attention.dense", attended, h, T, hid, hid, 1.f);
         ops::layer_norm_rows(h, h, T, hid, attn_ln_w, attn_ln_b, nullptr, nullptr,

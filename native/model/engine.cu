@@ -5,7 +5,9 @@
 //   (3-D) in the ops' layout, kernel axis in the middle. LSTM parameters
 //   are stacked per direction with b_ih + b_hh folded (summed in double, as
 //   the CPU backend does); the style projections fc of each style half are
-//   concatenated so one GEMV per half computes every AdaIN style vector.
+//   concatenated so one GEMV per half computes every AdaIN style vector;
+//   each attention's query, key and value linears are stacked into one,
+//   "<attention>.qkv", so ALBERT projects all three in one GEMM.
 //   For precision "fast", the dense conv weights also go, as FP16 with the
 //   last axis padded to 8 (ops::conv_weight_to_half_rows), into a second
 //   arena: the tensor-core convs' operands.
@@ -142,14 +144,18 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, bool half_c
     };
 
     const std::regex lstm_name(R"((.+)\.(weight_ih|weight_hh|bias_ih|bias_hh)_l0(_reverse)?)");
+    const std::regex qkv_name(R"((.+\.attention)\.(query|key|value)\.(weight|bias))");
     const std::regex style_fc_name(R"((.+\.fc)\.(weight|bias))");
     std::set<std::string> lstm_prefixes;
+    std::set<std::string> attention_prefixes;
     std::set<std::string> style_prefixes[2];
     std::unordered_map<std::string, size_t> offsets;
     std::smatch m;
     for (const auto& [name, tensor] : host) {
         if (std::regex_match(name, m, lstm_name)) {
             lstm_prefixes.insert(m[1]);
+        } else if (std::regex_match(name, m, qkv_name)) {
+            attention_prefixes.insert(m[1]);
         } else if (std::regex_match(name, m, style_fc_name)) {
             style_prefixes[static_cast<int>(style_half_of(name))].insert(m[1]);
         } else if (name.rfind("bert.pooler.", 0) != 0) {  // the pooler is unused
@@ -215,6 +221,36 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, bool half_c
         owned.push_back(std::move(bias));
         pieces.push_back({lo.b, owned.back().data(), 2 * gates});
         lstm_offsets[prefix] = lo;
+    }
+
+    // Linears stacked along the output axis as the new linear `name`: the
+    // weight rows, then the bias entries, of each part in turn.
+    auto stack_linears = [&](const std::string& name, const std::vector<std::string>& parts) {
+        std::vector<const HostTensor*> w, b;
+        int64_t rows = 0;
+        for (const std::string& part : parts) {
+            w.push_back(&find(part + ".weight"));
+            b.push_back(&find(part + ".bias"));
+            const std::vector<int64_t>& shape = w.back()->shape;
+            if (shape.size() != 2 || shape[1] != w[0]->shape[1] || b.back()->numel() != shape[0])
+                throw WeightsError("linear " + part + " does not stack into " + name);
+            rows += shape[0];
+        }
+        const int64_t in = w[0]->shape[1];
+        const size_t w_offset = place(rows * in), b_offset = place(rows);
+        int64_t row = 0;
+        for (size_t i = 0; i < parts.size(); ++i) {
+            pieces.push_back({w_offset + size_t(row * in), w[i]->data, w[i]->numel()});
+            pieces.push_back({b_offset + size_t(row), b[i]->data, b[i]->numel()});
+            row += b[i]->numel();
+        }
+        offsets[name + ".weight"] = w_offset;
+        entries_[name + ".weight"] = {nullptr, rows * in};
+        offsets[name + ".bias"] = b_offset;
+        entries_[name + ".bias"] = {nullptr, rows};
+    };
+    for (const std::string& prefix : attention_prefixes) {
+        stack_linears(prefix + ".qkv", {prefix + ".query", prefix + ".key", prefix + ".value"});
     }
 
     size_t bank_offsets[2][2] = {};  // [half][weight, bias]

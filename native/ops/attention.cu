@@ -7,9 +7,12 @@
 // fp32 GEMMs run far closer to the fp32 peak, and at T <= 512 the score
 // matrix (12 MB at 12 heads) is cheap to write and read back through L2.
 //
-// Head h of q, k, v, out is the column slice h*D .. h*D+D-1 of a [T, heads*D]
-// row-major matrix: a [T, D] matrix with row pitch heads*D, heads D floats
-// apart, which is exactly a strided batch (stride D) for matmul_batched.
+// Head h of q, k, v is the column slice h*D .. h*D+D-1 of a [T, >= heads*D]
+// row-major matrix with row pitch ld_qkv: a [T, D] matrix with that pitch,
+// heads D floats apart, which is exactly a strided batch (stride D) for
+// matmul_batched. The pitch lets q, k, v be the three column blocks of one
+// fused projection [T, 3 * heads*D] (ALBERT's single QKV GEMM). Head h of
+// out is the same slice of [T, heads*D] (pitch heads*D).
 //  1. S_h = Q_h K_h^T (raw dot products), S_h [T, T] with row pitch P
 //     (T rounded up to 4 floats, so every row and every head starts 16-byte
 //     aligned for cuBLAS's vector loads), heads T * P floats apart.
@@ -68,21 +71,25 @@ int64_t attention_scratch_floats(int T, int heads) {
 }
 
 void attention(cublasHandle_t handle, const float* q, const float* k, const float* v, float* out,
-               int T, int heads, int head_dim, int valid_len, float* scratch,
+               int T, int heads, int head_dim, int ld_qkv, int valid_len, float* scratch,
                cudaStream_t stream) {
     if (T <= 0 || heads <= 0) return;
     if (head_dim <= 0) throw CudaError("attention: head_dim " + std::to_string(head_dim));
     const int D = head_dim, width = heads * head_dim, pitch = score_pitch(T);
+    if (ld_qkv < width) {
+        throw CudaError("attention: row pitch " + std::to_string(ld_qkv) + " < heads * head_dim " +
+                        std::to_string(width));
+    }
     const int64_t head_scores = int64_t(T) * pitch;
     // S_h [T, T] = Q_h [T, D] @ K_h^T (K_h stored [T, D]).
-    matmul_batched(handle, false, true, T, T, D, q, width, D, k, width, D, 0.f, scratch, pitch,
+    matmul_batched(handle, false, true, T, T, D, q, ld_qkv, D, k, ld_qkv, D, 0.f, scratch, pitch,
                    head_scores, heads, stream);
     const int rows = heads * T;
     masked_softmax_rows_kernel<<<unsigned((rows + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(
         scratch, rows, T, pitch, valid_len, sqrtf(float(D)));
     KOKORO_CHECK_LAUNCH("masked_softmax_rows_kernel");
     // O_h [T, D] = P_h [T, T] @ V_h [T, D].
-    matmul_batched(handle, false, false, T, D, T, scratch, pitch, head_scores, v, width, D, 0.f,
+    matmul_batched(handle, false, false, T, D, T, scratch, pitch, head_scores, v, ld_qkv, D, 0.f,
                    out, width, D, heads, stream);
 }
 

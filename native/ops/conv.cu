@@ -243,27 +243,40 @@ void conv1d_taps(cublasHandle_t handle, const float* x, const float* w, const fl
     }
 }
 
-// The implicit-GEMM conv on the tensor cores (header comment).
+// The implicit-GEMM conv on the tensor cores (header comment): two kernels
+// of one design, mma.sync (sm_80 on) and wgmma (sm_90a), sharing the operand
+// copies, the reduction pipeline, the launch plan and the split sums.
 namespace igemm {
 
-constexpr int kBM = 128, kBK = 64;  // block tile: Cout x reduction channels
-constexpr int kWarpsM = 2, kWarpsN = 4;
-constexpr int kBlockThreads = 32 * kWarpsM * kWarpsN;
-constexpr int kWarpM = kBM / kWarpsM;  // 64
-constexpr int kMTiles = kWarpM / 16;   // m16n8k16 tiles per warp along Cout
-constexpr int kAStages = 3;
-constexpr int kPitch = kBK + 8;       // halves per shared row: 144 bytes, ldmatrix conflict-free
-constexpr int kPieces = kBK / 8;      // 16-byte pieces per row
+constexpr int kBK = 64;            // reduction channels per chunk
+constexpr int kPieces = kBK / 8;   // 16-byte pieces per chunk row
+constexpr int kPitch = kBK + 8;    // halves per padded shared row: 144 bytes, ldmatrix conflict-free
+constexpr int kStages = 3;         // weight tiles in flight
+constexpr int kCoutTile = 128;     // output channels per block
 
-template <int kBN>
-size_t smem_bytes(int halo) {
-    return sizeof(__half) * kPitch * (size_t(kAStages) * kBM + size_t(2) * (kBN + halo));
+// The arguments of both kernels: y[co, t] = sum_{k, ci} w[co, k, ci]
+// x[t + k * dil - pad, ci] (+ b[co]) (+ residual[co, t]); x: half rows [Tin,
+// ld], w: [Cout, K, ld] FP16; residual may equal y. grid (time tiles, Cout
+// tiles, splits): split z sums reduction chunks [z * chunks_per_split, (z +
+// 1) * chunks_per_split); with more than one split each writes its sum to
+// partial[z] ([Cout, Tout]) and split_sum_kernel finishes.
+struct ConvArgs {
+    const __half* x;
+    const __half* w;
+    const float* b;
+    const float* residual;
+    float* y;
+    float* partial;  // null: one split
+    int ld, Cout, Tin, Tout, K, pad, dilation, chunks_per_split;
+};
+
+__device__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
 // 16-byte cp.async, zero filled when !valid (src is then not read).
 __device__ void cp_async16(__half* dst, const __half* src, bool valid) {
-    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                  "r"(valid ? 16 : 0));
 }
 __device__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
@@ -273,10 +286,114 @@ __device__ void cp_async_wait_all_but_one() { asm volatile("cp.async.wait_group 
 // Four 8 x 8 FP16 matrices from shared memory; lane l gives the address of
 // row l % 8 of matrix l / 8.
 __device__ void ldmatrix_x4(uint32_t (&r)[4], const __half* p) {
-    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
+                 : "r"(smem_addr(p)));
+}
+
+// Input rows first .. first + rows - 1, channels ci0 .. ci0 + 63, into
+// padded shared rows; zero outside [0, Tin) and past ld. kThreads: the
+// block's (a compile-time stride lets the copy loops unroll).
+template <int kThreads>
+__device__ void load_window(__half* dst, const ConvArgs& a, int first, int rows, int ci0) {
+    for (int v = threadIdx.x; v < rows * kPieces; v += kThreads) {
+        const int r = v / kPieces, col = v % kPieces * 8;
+        const int src = first + r, ci = ci0 + col;
+        const bool valid = src >= 0 && src < a.Tin && ci < a.ld;
+        cp_async16(dst + r * kPitch + col, valid ? a.x + int64_t(src) * a.ld + ci : a.x, valid);
+    }
+}
+
+// The weight tile w[co0 : co0 + 128, k, ci0 : ci0 + 64] into shared rows:
+// padded (mma.sync reads it by ldmatrix), or 128 dense bytes per row with
+// piece p of row r at p ^ (r % 8) (wgmma's 128-byte swizzle).
+template <int kThreads, bool kSwizzle128>
+__device__ void load_weights(__half* dst, const ConvArgs& a, int co0, int k, int ci0) {
+    constexpr int kRow = kSwizzle128 ? kBK : kPitch;
+    const int64_t w_pitch = int64_t(a.K) * a.ld;
+#pragma unroll
+    for (int v = threadIdx.x; v < kCoutTile * kPieces; v += kThreads) {
+        const int r = v / kPieces, p = v % kPieces;
+        const int co = co0 + r, ci = ci0 + p * 8;
+        const bool valid = co < a.Cout && ci < a.ld;
+        const int slot = kSwizzle128 ? p ^ (r % 8) : p;
+        cp_async16(dst + r * kRow + slot * 8,
+                   valid ? a.w + co * w_pitch + int64_t(k) * a.ld + ci : a.w, valid);
+    }
+}
+
+// The reduction walk of one block: steps (chunk c, tap k), chunks outer,
+// taps inner, over this split's chunks. cp.async group s holds step s's
+// weight tile (stage s % 3) and, when s opens a chunk, its window (buffer
+// c % 2): issue(c, k, stage) issues them. compute(stage, buffer, k) runs
+// step s once group s has landed for every thread; the barrier before it
+// also frees stage (s + 2) % 3 and window (c + 1) % 2 (last read by steps
+// <= s - 1), which step s + 2 then refills. Steps 0 and 1 are issued up
+// front (K >= 2: step 1 never opens a chunk). kAsyncProxy: compute reads
+// shared memory through the async proxy (wgmma), which must be fenced
+// against the copies.
+template <bool kAsyncProxy, class Issue, class Compute>
+__device__ void reduction_pipeline(const ConvArgs& a, Issue issue, Compute compute) {
+    const int c_first = blockIdx.z * a.chunks_per_split;
+    const int chunks = min((a.ld + kBK - 1) / kBK, c_first + a.chunks_per_split) - c_first;
+    const int steps = chunks * a.K;
+    issue(c_first, 0, 0);
+    cp_async_commit();
+    issue(c_first, 1, 1);
+    cp_async_commit();
+    int next_c = c_first, next_k = 1;  // the step issued last
+    int c = c_first, k = 0;            // the step computed
+    for (int s = 0; s < steps; ++s) {
+        cp_async_wait_all_but_one();
+        if (kAsyncProxy) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        if (++next_k == a.K) {
+            next_k = 0;
+            ++next_c;
+        }
+        if (s + 2 < steps) issue(next_c, next_k, (s + 2) % kStages);
+        cp_async_commit();
+        compute(s % kStages, c % 2, k);
+        if (++k == a.K) {
+            k = 0;
+            ++c;
+        }
+    }
+}
+
+// Where a block's results go: y with bias and residual, or with several
+// splits the split's partial sum alone.
+struct Output {
+    float* y;
+    const float* b;
+    const float* residual;
+    int Cout, Tout;
+    __device__ explicit Output(const ConvArgs& a)
+        : y(a.partial != nullptr ? a.partial + int64_t(blockIdx.z) * a.Cout * a.Tout : a.y),
+          b(a.partial != nullptr ? nullptr : a.b),
+          residual(a.partial != nullptr ? nullptr : a.residual),
+          Cout(a.Cout),
+          Tout(a.Tout) {}
+    __device__ void store(int co, int t, float v) const {
+        if (co >= Cout || t >= Tout) return;
+        const int64_t i = int64_t(co) * Tout + t;
+        if (b != nullptr) v += b[co];
+        if (residual != nullptr) v += residual[i];
+        y[i] = v;
+    }
+};
+
+// ------------------------------------------------------------- mma.sync
+// A block computes 128 (Cout) x kTile (T) with 8 warps (64 x kTile / 4
+// each) of m16n8k16 MMAs, both operands by ldmatrix.
+constexpr int kWarpsM = 2, kWarpsN = 4;
+constexpr int kMmaThreads = 32 * kWarpsM * kWarpsN;
+constexpr int kWarpM = kCoutTile / kWarpsM;  // 64
+constexpr int kMTiles = kWarpM / 16;          // m16n8k16 tiles per warp along Cout
+
+template <int kTile>
+size_t mma_sync_smem_bytes(int halo) {
+    return sizeof(__half) * kPitch * (size_t(kStages) * kCoutTile + size_t(2) * (kTile + halo));
 }
 
 // acc += a (16 x 16, row) @ b (16 x 8, col), FP16 in, fp32 accumulate.
@@ -288,135 +405,203 @@ __device__ void mma_f16(float (&acc)[4], const uint32_t (&a)[4], uint32_t b0, ui
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// y[co, t] = sum_{k, ci} w[co, k, ci] x[t + k * dil - pad, ci] (+ b[co])
-// (+ residual[co, t]); x: half rows [Tin, ld], w: [Cout, K, ld] FP16;
-// residual may equal y. grid (time tiles, Cout tiles, splits): split z sums
-// reduction chunks [z * chunks_per_split, (z + 1) * chunks_per_split); with
-// more than one split, each writes its sum to partial[z] ([Cout, Tout]) and
-// split_sum_kernel finishes.
-template <int kBN>
-__global__ void __launch_bounds__(kBlockThreads, 2)
-    conv1d_half_rows_kernel(const __half* __restrict__ x, const __half* __restrict__ w,
-                            const float* __restrict__ b, const float* residual, float* y,
-                            float* partial, int ld, int Cout, int Tin, int Tout, int K, int pad,
-                            int dilation, int chunks_per_split) {
-    constexpr int kWarpN = kBN / kWarpsN;
+template <int kTile>
+__global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const ConvArgs a) {
+    constexpr int kWarpN = kTile / kWarpsN;
     constexpr int kNTiles = kWarpN / 8;
     static_assert(kNTiles % 2 == 0, "B fragments load two n-tiles per ldmatrix.x4");
     extern __shared__ uint4 smem_vec[];
-    __half* const a_smem = reinterpret_cast<__half*>(smem_vec);
-    __half* const win_smem = a_smem + kAStages * kBM * kPitch;
-    const int rows = kBN + dilation * (K - 1);
-    const int t0 = blockIdx.x * kBN, m0 = blockIdx.y * kBM;
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int c_first = blockIdx.z * chunks_per_split;
-    const int steps = (min((ld + kBK - 1) / kBK, c_first + chunks_per_split) - c_first) * K;
-    const int64_t w_pitch = int64_t(K) * ld;
-
-    // Weight tile of reduction step (chunk c, tap k) into stage `stage`.
-    auto load_weights = [&](int c, int k, int stage) {
-        __half* dst = a_smem + stage * kBM * kPitch;
-        for (int v = tid; v < kBM * kPieces; v += kBlockThreads) {
-            const int r = v / kPieces, col = v % kPieces * 8;
-            const int co = m0 + r, ci = c * kBK + col;
-            const bool valid = co < Cout && ci < ld;
-            cp_async16(dst + r * kPitch + col, valid ? w + co * w_pitch + int64_t(k) * ld + ci : w,
-                       valid);
-        }
-    };
-    // Input rows t0 - pad .. t0 - pad + rows - 1 of chunk c into buffer c % 2.
-    auto load_window = [&](int c) {
-        __half* dst = win_smem + (c % 2) * rows * kPitch;
-        for (int v = tid; v < rows * kPieces; v += kBlockThreads) {
-            const int r = v / kPieces, col = v % kPieces * 8;
-            const int src = t0 - pad + r, ci = c * kBK + col;
-            const bool valid = src >= 0 && src < Tin && ci < ld;
-            cp_async16(dst + r * kPitch + col, valid ? x + int64_t(src) * ld + ci : x, valid);
-        }
-    };
-
-    float acc[kMTiles][kNTiles][4] = {};
+    __half* const w_smem = reinterpret_cast<__half*>(smem_vec);
+    __half* const win_smem = w_smem + kStages * kCoutTile * kPitch;
+    const int rows = kTile + a.dilation * (a.K - 1);
+    const int t0 = blockIdx.x * kTile, co0 = blockIdx.y * kCoutTile;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int wm = warp / kWarpsN * kWarpM, wn = warp % kWarpsN * kWarpN;
     // ldmatrix row addresses: A rows lane % 16, k half lane / 16; B (rows are
     // time steps) n = lane % 8 + 8 * (lane / 16), k half (lane / 8) % 2.
     const int a_off = (wm + lane % 16) * kPitch + lane / 16 * 8;
     const int b_off = (wn + lane % 8 + lane / 16 * 8) * kPitch + lane / 8 % 2 * 8;
 
-    // Groups: group s holds the weights of step s and, when step s opens a
-    // chunk, its window. Steps 0 and 1 are issued up front (K >= 2, so step 1
-    // never opens a chunk).
-    load_window(c_first);
-    load_weights(c_first, 0, 0);
-    cp_async_commit();
-    load_weights(c_first, 1, 1);
-    cp_async_commit();
-    int next_c = c_first, next_k = 1;  // (chunk, tap) of the step issued last
-    int c = c_first, k = 0;            // (chunk, tap) of the step computed
-    for (int s = 0; s < steps; ++s) {
-        cp_async_wait_all_but_one();
-        // Group s has landed for every thread; stage (s + 2) % 3 and window
-        // buffer (c + 1) % 2 are free (their last readers were steps <= s - 1).
-        __syncthreads();
-        if (++next_k == K) {
-            next_k = 0;
-            ++next_c;
-        }
-        if (s + 2 < steps) {
-            load_weights(next_c, next_k, (s + 2) % kAStages);
-            if (next_k == 0) load_window(next_c);
-        }
-        cp_async_commit();
-
-        const __half* as = a_smem + (s % kAStages) * kBM * kPitch + a_off;
-        const __half* bs = win_smem + ((c % 2) * rows + k * dilation) * kPitch + b_off;
+    float acc[kMTiles][kNTiles][4] = {};
+    reduction_pipeline<false>(
+        a,
+        [&](int c, int k, int stage) {
+            load_weights<kMmaThreads, false>(w_smem + stage * kCoutTile * kPitch, a, co0, k,
+                                             c * kBK);
+            if (k == 0) {
+                load_window<kMmaThreads>(win_smem + (c % 2) * rows * kPitch, a, t0 - a.pad, rows,
+                                         c * kBK);
+            }
+        },
+        [&](int stage, int buffer, int k) {
+            const __half* as = w_smem + stage * kCoutTile * kPitch + a_off;
+            const __half* bs = win_smem + (buffer * rows + k * a.dilation) * kPitch + b_off;
 #pragma unroll
-        for (int kk = 0; kk < kBK; kk += 16) {
-            uint32_t af[kMTiles][4], bf[kNTiles / 2][4];
+            for (int kk = 0; kk < kBK; kk += 16) {
+                uint32_t af[kMTiles][4], bf[kNTiles / 2][4];
 #pragma unroll
-            for (int mi = 0; mi < kMTiles; ++mi) ldmatrix_x4(af[mi], as + mi * 16 * kPitch + kk);
+                for (int mi = 0; mi < kMTiles; ++mi) ldmatrix_x4(af[mi], as + mi * 16 * kPitch + kk);
 #pragma unroll
-            for (int np = 0; np < kNTiles / 2; ++np) ldmatrix_x4(bf[np], bs + np * 16 * kPitch + kk);
+                for (int np = 0; np < kNTiles / 2; ++np) {
+                    ldmatrix_x4(bf[np], bs + np * 16 * kPitch + kk);
+                }
 #pragma unroll
-            for (int mi = 0; mi < kMTiles; ++mi) {
+                for (int mi = 0; mi < kMTiles; ++mi) {
 #pragma unroll
-                for (int ni = 0; ni < kNTiles; ++ni) {
-                    mma_f16(acc[mi][ni], af[mi], bf[ni / 2][ni % 2 * 2], bf[ni / 2][ni % 2 * 2 + 1]);
+                    for (int ni = 0; ni < kNTiles; ++ni) {
+                        mma_f16(acc[mi][ni], af[mi], bf[ni / 2][ni % 2 * 2],
+                                bf[ni / 2][ni % 2 * 2 + 1]);
+                    }
                 }
             }
-        }
-        if (++k == K) {
-            k = 0;
-            ++c;
-        }
-    }
+        });
 
+    const Output out(a);
     const int g = lane / 4, tq = lane % 4;
-    if (partial != nullptr) {
-        y = partial + int64_t(blockIdx.z) * Cout * Tout;
-        b = nullptr;
-        residual = nullptr;
-    }
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi) {
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int co = m0 + wm + mi * 16 + g + 8 * half;
-            if (co >= Cout) continue;
-            const float bias = b != nullptr ? b[co] : 0.f;
+        for (int ni = 0; ni < kNTiles; ++ni) {
 #pragma unroll
-            for (int ni = 0; ni < kNTiles; ++ni) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int t = t0 + wn + ni * 8 + 2 * tq + e;
-                    if (t >= Tout) continue;
-                    const int64_t i = int64_t(co) * Tout + t;
-                    float v = acc[mi][ni][2 * half + e] + bias;
-                    if (residual != nullptr) v += residual[i];
-                    y[i] = v;
-                }
+            for (int e = 0; e < 4; ++e) {
+                out.store(co0 + wm + mi * 16 + g + 8 * (e / 2), t0 + wn + ni * 8 + 2 * tq + e % 2,
+                          acc[mi][ni][e]);
             }
         }
     }
+}
+
+// ---------------------------------------------------------------- wgmma
+// Time is the MMA's M and Cout its N: a block of kGroups warpgroups computes
+// 64 * kGroups (T) x 128 (Cout), each warpgroup m64n128k16 wgmmas on its 64
+// time steps. The A operand (input rows, shifted by the tap) comes from
+// registers, loaded by ldmatrix from the padded window exactly as mma.sync
+// fragments, so a tap is any whole-row shift; B (the weight tile) is read
+// by the tensor cores from shared memory through a descriptor, rows 128
+// bytes, 128-byte swizzle, 8-row groups 1024 bytes apart (the stage bases
+// are 1024-byte aligned, where the swizzle pattern repeats). Each step's
+// wgmmas are waited for before the next barrier, so a stage is free once
+// the barrier passes; other warpgroups on the SM fill the tensor cores
+// meanwhile.
+constexpr int kWgmmaThreadsPerGroup = 128;
+constexpr int kSwizzleAlign = 1024;
+constexpr int kWeightStageHalves = kCoutTile * kBK;  // 16 KB
+
+template <int kGroups>
+size_t wgmma_smem_bytes(int halo) {
+    return kSwizzleAlign + sizeof(__half) * (size_t(kStages) * kWeightStageHalves +
+                                             size_t(2) * kPitch * (64 * kGroups + halo));
+}
+
+// The wgmma helpers exist in sm_90a device code only (the kernel's body too:
+// other targets build an empty kernel, never launched).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The shared-memory descriptor of a K-major B tile: start address, leading
+// byte offset unused with swizzling (1), stride byte offset 1024 (between
+// 8-row groups), 128-byte swizzle (mode 1 in bits 62-63); addresses in
+// 16-byte units.
+__device__ uint64_t weight_descriptor(uint32_t addr) {
+    return uint64_t((addr & 0x3FFFF) >> 4) | uint64_t(1) << 16 |
+           uint64_t(kSwizzleAlign >> 4) << 32 | uint64_t(1) << 62;
+}
+
+// Keeps the compiler from moving accumulator registers across the async
+// wgmma window.
+__device__ void fence_accumulators(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d (64 x 128 over the warpgroup) += a (64 x 16, registers) @ B (16 x 128,
+// descriptor), FP16 in, fp32 accumulate; asynchronous until wgmma_wait.
+__device__ void wgmma_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_t b_desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, "
+        "%40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, "
+        "%56, %57, %58, %59, %60, %61, %62, %63},"
+        " {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+#endif
+
+template <int kGroups>
+__global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup)
+    conv1d_wgmma_kernel(const ConvArgs a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int kTile = 64 * kGroups;
+    constexpr int kThreads = kGroups * kWgmmaThreadsPerGroup;
+    extern __shared__ uint4 smem_vec[];
+    char* const raw = reinterpret_cast<char*>(smem_vec);
+    __half* const w_smem = reinterpret_cast<__half*>(
+        raw + (kSwizzleAlign - smem_addr(raw) % kSwizzleAlign) % kSwizzleAlign);
+    __half* const win_smem = w_smem + kStages * kWeightStageHalves;
+    const int rows = kTile + a.dilation * (a.K - 1);
+    const int t0 = blockIdx.x * kTile, co0 = blockIdx.y * kCoutTile;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    // Warp w holds time rows 16 w .. 16 w + 15 of the tile (its quarter of
+    // its warpgroup's m64), as ldmatrix.x4 fragments: rows lane % 16, k
+    // half lane / 16.
+    const int a_off = (warp * 16 + lane % 16) * kPitch + lane / 16 * 8;
+
+    float d[64] = {};
+    reduction_pipeline<true>(
+        a,
+        [&](int c, int k, int stage) {
+            load_weights<kThreads, true>(w_smem + stage * kWeightStageHalves, a, co0, k, c * kBK);
+            if (k == 0) {
+                load_window<kThreads>(win_smem + (c % 2) * rows * kPitch, a, t0 - a.pad, rows,
+                                      c * kBK);
+            }
+        },
+        [&](int stage, int buffer, int k) {
+            const __half* as = win_smem + (buffer * rows + k * a.dilation) * kPitch + a_off;
+            uint32_t af[kBK / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < kBK / 16; ++kk) ldmatrix_x4(af[kk], as + kk * 16);
+            // Advancing K by 16 halves is +32 bytes inside the swizzled rows.
+            const uint32_t b_addr = smem_addr(w_smem + stage * kWeightStageHalves);
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+            fence_accumulators(d);
+#pragma unroll
+            for (int kk = 0; kk < kBK / 16; ++kk) {
+                wgmma_m64n128k16(d, af[kk], weight_descriptor(b_addr + kk * 32));
+            }
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            fence_accumulators(d);
+        });
+
+    // d[4 j + 2 h + e]: time row 16 w + g + 8 h, channel 8 j + 2 tq + e.
+    const Output out(a);
+    const int g = lane / 4, tq = lane % 4;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            out.store(co0 + 8 * j + 2 * tq + e % 2, t0 + warp * 16 + g + 8 * (e / 2), d[4 * j + e]);
+        }
+    }
+#else
+    static_cast<void>(a);
+#endif
 }
 
 // y[co, t] = sum_z partial[z, co, t] (+ b[co]) (+ residual[co, t]), z in
@@ -433,14 +618,29 @@ __global__ void split_sum_kernel(const float* partial, int splits, const float* 
     y[i] = v;
 }
 
+// Whether this build holds the wgmma kernel for the current GPU: SASS for
+// sm_90a (CMake defines KOKORO_SM90A when the architectures include 90a)
+// runs on compute capability 9.0 only.
+bool wgmma_runs_here() {
+#ifdef KOKORO_SM90A
+    int device = 0, major = 0, minor = 0;
+    KOKORO_CUDA_CHECK(cudaGetDevice(&device));
+    KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    return major == 9 && minor == 0;
+#else
+    return false;
+#endif
+}
+
 // The launch shape: the wide time tile (128) where it gives every SM two
 // blocks, else the narrow one (64), and then the reduction split over
 // enough blocks to give every SM two (short inputs; decoder convs on few
-// frames but 1090 channels).
+// frames but 1090 channels). Both kernels use the same tiles.
 struct Plan {
-    int bn, splits, chunks_per_split;
+    int tile, splits, chunks_per_split;
     int64_t blocks(int Cout, int Tout) const {
-        return int64_t((Tout + bn - 1) / bn) * ((Cout + kBM - 1) / kBM);
+        return int64_t((Tout + tile - 1) / tile) * ((Cout + kCoutTile - 1) / kCoutTile);
     }
 };
 
@@ -450,7 +650,7 @@ Plan plan(int Cin, int Cout, int Tout) {
     KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     const int64_t want = 2 * int64_t(sms);
     Plan p{128, 1, 0};
-    if (p.blocks(Cout, Tout) < want) p.bn = 64;
+    if (p.blocks(Cout, Tout) < want) p.tile = 64;
     const int chunks = (half_rows_pitch(Cin) + kBK - 1) / kBK;
     const int64_t blocks = p.blocks(Cout, Tout);
     p.splits = int(std::min<int64_t>(chunks, (want + blocks - 1) / blocks));
@@ -459,33 +659,47 @@ Plan plan(int Cin, int Cout, int Tout) {
     return p;
 }
 
-template <int kBN>
-void launch(const Plan& p, const __half* x, const __half* w, const float* b, float* y,
-            float* partial, int ld, int Cout, int Tin, int Tout, int K, int pad, int dilation,
-            const float* residual, cudaStream_t stream) {
+template <class Kernel>
+void launch(Kernel kernel, const char* name, size_t smem, int threads, const Plan& p,
+            const ConvArgs& a, cudaStream_t stream) {
     int device = 0, smem_optin = 0;
     KOKORO_CUDA_CHECK(cudaGetDevice(&device));
     KOKORO_CUDA_CHECK(
         cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    const int halo = dilation * (K - 1);
-    const size_t smem = smem_bytes<kBN>(halo);
     if (smem > size_t(smem_optin)) {
-        throw CudaError("conv1d_half_rows: a window of " + std::to_string(kBN + halo) +
-                        " steps (dilation x (K - 1) = " + std::to_string(halo) +
+        throw CudaError(std::string(name) + ": a window of " +
+                        std::to_string(p.tile + a.dilation * (a.K - 1)) +
+                        " steps (dilation x (K - 1) = " + std::to_string(a.dilation * (a.K - 1)) +
                         ") exceeds the GPU's shared memory");
     }
     // Always the device's limit, never this launch's need: engine lanes launch
     // from several host threads, and one lowering the limit between another's
     // call and launch would fail that launch.
-    KOKORO_CUDA_CHECK(cudaFuncSetAttribute(conv1d_half_rows_kernel<kBN>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           smem_optin));
-    const dim3 grid(unsigned((Tout + kBN - 1) / kBN), unsigned((Cout + kBM - 1) / kBM),
-                    unsigned(p.splits));
-    conv1d_half_rows_kernel<kBN><<<grid, kBlockThreads, smem, stream>>>(
-        x, w, b, residual, y, p.splits > 1 ? partial : nullptr, ld, Cout, Tin, Tout, K, pad,
-        dilation, p.chunks_per_split);
-    KOKORO_CHECK_LAUNCH("conv1d_half_rows_kernel");
+    KOKORO_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin));
+    const dim3 grid(unsigned((a.Tout + p.tile - 1) / p.tile),
+                    unsigned((a.Cout + kCoutTile - 1) / kCoutTile), unsigned(p.splits));
+    kernel<<<grid, threads, smem, stream>>>(a);
+    check_cuda(cudaGetLastError(), (std::string("launch of ") + name).c_str());
+}
+
+void launch(const Plan& p, HalfConvKernel which, const ConvArgs& a, cudaStream_t stream) {
+    const int halo = a.dilation * (a.K - 1);
+    if (which == HalfConvKernel::kBest && wgmma_runs_here()) {
+        if (p.tile == 128) {
+            launch(conv1d_wgmma_kernel<2>, "conv1d_wgmma_kernel", wgmma_smem_bytes<2>(halo),
+                   2 * kWgmmaThreadsPerGroup, p, a, stream);
+        } else {
+            launch(conv1d_wgmma_kernel<1>, "conv1d_wgmma_kernel", wgmma_smem_bytes<1>(halo),
+                   kWgmmaThreadsPerGroup, p, a, stream);
+        }
+    } else if (p.tile == 128) {
+        launch(conv1d_mma_sync_kernel<128>, "conv1d_mma_sync_kernel",
+               mma_sync_smem_bytes<128>(halo), kMmaThreads, p, a, stream);
+    } else {
+        launch(conv1d_mma_sync_kernel<64>, "conv1d_mma_sync_kernel", mma_sync_smem_bytes<64>(halo),
+               kMmaThreads, p, a, stream);
+    }
 }
 
 }  // namespace igemm
@@ -582,19 +796,15 @@ int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int p
 
 void conv1d_half_rows(const __half* x, const __half* w, const float* b, float* y, int Cin,
                       int Cout, int Tin, int K, int pad, int dilation, const float* residual,
-                      float* scratch, cudaStream_t stream) {
+                      float* scratch, cudaStream_t stream, HalfConvKernel kernel) {
     const int Tout = conv1d_out_len(Tin, K, 1, pad, dilation);
     if (Cout == 0 || Tout <= 0) return;
     if (K < 2) throw CudaError("conv1d_half_rows: needs K >= 2, got " + std::to_string(K));
     const igemm::Plan p = igemm::plan(Cin, Cout, Tout);
-    const int ld = half_rows_pitch(Cin);
-    if (p.bn == 128) {
-        igemm::launch<128>(p, x, w, b, y, scratch, ld, Cout, Tin, Tout, K, pad, dilation, residual,
-                           stream);
-    } else {
-        igemm::launch<64>(p, x, w, b, y, scratch, ld, Cout, Tin, Tout, K, pad, dilation, residual,
-                          stream);
-    }
+    const igemm::ConvArgs args{x,    w,         b,   residual, y,   p.splits > 1 ? scratch : nullptr,
+                               half_rows_pitch(Cin), Cout, Tin, Tout, K, pad, dilation,
+                               p.chunks_per_split};
+    igemm::launch(p, kernel, args, stream);
     if (p.splits > 1) {
         igemm::split_sum_kernel<<<per_channel_grid(Cout, Tout), kThreads, 0, stream>>>(
             scratch, p.splits, b, residual, y, Cout, Tout);

@@ -2,9 +2,11 @@
 // ops.h, and the infrastructure they share:
 // - ModelConfig: the dimensions read from config.json;
 // - DeviceWeights: every folded weight uploaded once into one device arena,
-//   with LSTM parameters stacked per direction (biases folded) and all
+//   with LSTM parameters stacked per direction (biases folded), all
 //   style projections fc(s) of one style half concatenated into one matrix,
-//   so a forward pass computes every AdaIN/AdaLayerNorm style in one GEMV;
+//   so a forward pass computes every AdaIN/AdaLayerNorm style in one GEMV,
+//   and each attention's query, key, value linears stacked into the one
+//   linear "<attention>.qkv" (weight [3 * hidden, in], bias [3 * hidden]);
 //   for precision "fast" also an FP16 copy of every dense conv weight;
 // - Workspace: named device scratch buffers, allocated on first use and
 //   reused across calls, grown only when a longer input needs more (the old
@@ -94,7 +96,9 @@ public:
     DeviceWeights(const DeviceWeights&) = delete;
     DeviceWeights& operator=(const DeviceWeights&) = delete;
 
-    // A weight by folded name, checked to hold `numel` values.
+    // A weight by folded name, checked to hold `numel` values. An
+    // attention's "<p>.query/key/value.weight/bias" exist only stacked, as
+    // "<p>.qkv.weight" and "<p>.qkv.bias" (rows: query, key, value).
     const float* get(const std::string& name, int64_t numel) const;
     // The FP16 copy of conv weight `name` in the layout of
     // ops::conv_weight_to_half_rows, checked to hold `numel` values.

@@ -155,9 +155,14 @@ int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation);
 // (conv_weight_to_half_rows), fp32 accumulation; b, residual and y as conv1d.
 // `scratch`: conv1d_half_rows_scratch_floats(...) floats (partial sums where
 // the reduction is split over blocks; 0: may be null).
+// `kernel`: the best this build and GPU run (wgmma where the build holds
+// sm_90a code and the GPU is compute capability 9.0, else mma.sync), or
+// mma.sync everywhere (tests check both on Hopper).
+enum class HalfConvKernel { kBest, kMmaSync };
 void conv1d_half_rows(const __half* x, const __half* w, const float* b, float* y, int Cin,
                       int Cout, int Tin, int K, int pad, int dilation, const float* residual,
-                      float* scratch, cudaStream_t stream);
+                      float* scratch, cudaStream_t stream,
+                      HalfConvKernel kernel = HalfConvKernel::kBest);
 int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int pad,
                                         int dilation);
 // Host-side: a device-layout conv weight [A, K, B] (fp32) as FP16 [A, K, ld],
@@ -190,13 +195,15 @@ int64_t lstm_scratch_floats(int T, int H);
 
 // ------------------------------------------------------------- attention.cu
 // Bidirectional multi-head attention on packed projections:
-// q, k, v [T, heads * head_dim] -> out [T, heads * head_dim],
+// q, k, v [T, heads * head_dim], rows ld_qkv >= heads * head_dim floats apart
+// (3 * heads * head_dim when they are the column blocks of one fused QKV
+// projection) -> out [T, heads * head_dim] (dense),
 // softmax(q k^T / sqrt(head_dim) + mask) v, where keys at positions >=
 // valid_len get the additive mask (HF's large negative value). Plain fp32
 // throughout (two batched SGEMMs around a softmax pass, never TF32);
 // `scratch` holds at least attention_scratch_floats(T, heads) (the scores).
 void attention(cublasHandle_t handle, const float* q, const float* k, const float* v, float* out,
-               int T, int heads, int head_dim, int valid_len, float* scratch,
+               int T, int heads, int head_dim, int ld_qkv, int valid_len, float* scratch,
                cudaStream_t stream);
 int64_t attention_scratch_floats(int T, int heads);
 
