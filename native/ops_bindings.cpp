@@ -190,9 +190,14 @@ py::array_t<float> albert_embeddings(const IntArray& ids, const FloatArray& word
     return out.download({T, d});
 }
 
-py::array_t<float> gelu_new(const FloatArray& x) {
+// gelu_new(x + bias) on the rows of x (bias over its last axis), or of x alone.
+py::array_t<float> gelu_new(const FloatArray& x, const OptionalFloat& bias) {
+    const int cols = x.ndim() > 0 ? dim(x, x.ndim() - 1) : 1;
+    require(!bias || (bias->ndim() == 1 && dim(*bias, 0) == cols),
+            "gelu_new: bias must match the last axis of x");
     DFloat y = DFloat::from(x);
-    ops::gelu_new(y.get(), int64_t(x.size()), stream());
+    OptionalDevice db(bias);
+    ops::gelu_new(y.get(), cols > 0 ? int64_t(x.size()) / cols : 0, cols, db.get(), stream());
     return y.download(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
 }
 
@@ -287,18 +292,21 @@ py::array_t<float> reflection_pad(const FloatArray& x, int left, int right) {
 // ------------------------------------------------------------------ norm
 py::array_t<float> layer_norm(const FloatArray& x, bool channels_first, const OptionalFloat& gamma,
                               const OptionalFloat& beta, const OptionalFloat& style_gamma,
-                              const OptionalFloat& style_beta, float eps, bool in_place) {
+                              const OptionalFloat& style_beta, float eps, bool in_place,
+                              const OptionalFloat& x_bias) {
     require_ndim(x, 2, "x");
     const int a = dim(x, 0), b = dim(x, 1);
+    require(!x_bias || (!channels_first && x_bias->ndim() == 1 && dim(*x_bias, 0) == b),
+            "layer_norm: x_bias is a [cols] vector, rows only");
     DFloat dx = DFloat::from(x), y = DFloat::poisoned(in_place ? 0 : int64_t(x.size()));
-    OptionalDevice g(gamma), be(beta), sg(style_gamma), sb(style_beta);
+    OptionalDevice g(gamma), be(beta), sg(style_gamma), sb(style_beta), xb(x_bias);
     float* out = in_place ? dx.get() : y.get();
     if (channels_first) {
         ops::layer_norm_channels(dx.get(), out, a, b, g.get(), be.get(), sg.get(), sb.get(), eps,
                                  stream());
     } else {
         ops::layer_norm_rows(dx.get(), out, a, b, g.get(), be.get(), sg.get(), sb.get(), eps,
-                             stream());
+                             stream(), xb.get());
     }
     return (in_place ? dx : y).download({a, b});
 }
@@ -563,7 +571,7 @@ void register_ops(py::module_& m) {
     o.def("linear", &linear, "x"_a, "w"_a, "b"_a = py::none(), "y0"_a = py::none(), "beta"_a = 0.f);
     o.def("albert_embeddings", &albert_embeddings, "ids"_a, "word"_a, "pos"_a = py::none(),
           "type0"_a = py::none());
-    o.def("gelu_new", &gelu_new, "x"_a);
+    o.def("gelu_new", &gelu_new, "x"_a, "bias"_a = py::none());
     o.def("leaky_relu", &leaky_relu, "x"_a, "slope"_a, "in_place"_a = false);
     o.def("add_scaled", &add_scaled, "a"_a, "b"_a, "scale"_a);
     o.def("copy_rows", &copy_rows, "src"_a, "src_col"_a, "dst"_a, "dst_col"_a, "cols"_a);
@@ -576,7 +584,7 @@ void register_ops(py::module_& m) {
     o.def("reflection_pad", &reflection_pad, "x"_a, "left"_a, "right"_a);
     o.def("layer_norm", &layer_norm, "x"_a, "channels_first"_a = false, "gamma"_a = py::none(),
           "beta"_a = py::none(), "style_gamma"_a = py::none(), "style_beta"_a = py::none(),
-          "eps"_a = 1e-5f, "in_place"_a = false);
+          "eps"_a = 1e-5f, "in_place"_a = false, "x_bias"_a = py::none());
     o.def("adain", &adain, "x"_a, "style"_a, "act"_a = "none", "slope"_a = 0.2f,
           "alpha"_a = py::none(), "in_place"_a = false, "half_rows"_a = false);
     o.def("to_half_rows", &to_half_rows, "x"_a);

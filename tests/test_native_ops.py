@@ -23,6 +23,7 @@ import pytest
 
 from kokoro_gpu import ops as ref
 from kokoro_gpu.backends import cuda_state
+from kokoro_gpu.errors import BackendError
 
 SHORT_REDUCTION_TOL = 1e-5  # up to ~1000 terms per output
 LONG_REDUCTION_TOL = 3e-5  # longer reductions (e.g. 1090 channels x 3 taps)
@@ -133,6 +134,13 @@ def test_gelu_new(rng: np.random.Generator, n: int) -> None:
     check(f"gelu_new n={n}", gpu.gelu_new(x), ref.gelu_new(f64(x)), POINTWISE_TOL, float(np.max(np.abs(x))))
 
 
+def test_gelu_new_bias(rng: np.random.Generator) -> None:
+    """The linear layer's bias fused in: gelu_new(x + b) per row, the same float32 sum first."""
+    x, b = f32(rng.standard_normal((7, 333)) * 3), f32(rng.standard_normal(333))
+    want = ref.gelu_new(f64(x + b))
+    check("gelu_new bias", gpu.gelu_new(x, b), want, POINTWISE_TOL, float(np.max(np.abs(x + b))))
+
+
 @pytest.mark.parametrize("slope", [0.01, 0.1, 0.2])
 @pytest.mark.parametrize("in_place", [False, True])
 def test_leaky_relu(rng: np.random.Generator, slope: float, in_place: bool) -> None:
@@ -217,7 +225,7 @@ def test_reflection_pad(rng: np.random.Generator, c: int, t_len: int, left: int,
 # -------------------------------------------------------------------- norm
 
 
-@pytest.mark.parametrize("rows,cols", [(1, 768), (7, 640), (513, 128), (3, 1), (5, 33)])
+@pytest.mark.parametrize("rows,cols", [(1, 768), (7, 640), (513, 128), (3, 1), (5, 33), (9, 1024)])
 @pytest.mark.parametrize("eps", [1e-12, 1e-5])
 @pytest.mark.parametrize("in_place", [False, True])
 def test_layer_norm_rows(rng: np.random.Generator, rows: int, cols: int, eps: float, in_place: bool) -> None:
@@ -229,6 +237,22 @@ def test_layer_norm_rows(rng: np.random.Generator, rows: int, cols: int, eps: fl
         ref.layer_norm(f64(x), -1, f64(g), f64(b), eps),
         SHORT_REDUCTION_TOL,
     )
+
+
+def test_layer_norm_rows_x_bias(rng: np.random.Generator) -> None:
+    """LayerNorm of x + b (the producing linear's bias fused in), against the float64 LN of the
+    float32 sum, and bit-equal to adding the bias first."""
+    x, xb = f32(rng.standard_normal((37, 768)) * 3), f32(rng.standard_normal(768))
+    g, b = f32(rng.standard_normal(768)), f32(rng.standard_normal(768))
+    got = gpu.layer_norm(x, False, g, b, eps=1e-12, x_bias=xb)
+    want = ref.layer_norm(f64(x + xb), -1, f64(g), f64(b), 1e-12)
+    check("layer_norm rows x_bias", got, want, SHORT_REDUCTION_TOL)
+    np.testing.assert_array_equal(got, gpu.layer_norm(x + xb, False, g, b, eps=1e-12))
+
+
+def test_layer_norm_rows_too_wide() -> None:
+    with pytest.raises(BackendError, match="at most 1024"):
+        gpu.layer_norm(np.zeros((2, 1025), np.float32))
 
 
 @pytest.mark.parametrize("rows,cols", [(1, 640), (37, 640), (100, 129)])

@@ -42,6 +42,11 @@ void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out) {
     const float* attn_ln_b = ctx.w(layer + ".attention.LayerNorm.bias", hid);
     const float* full_ln_w = ctx.w(layer + ".full_layer_layer_norm.weight", hid);
     const float* full_ln_b = ctx.w(layer + ".full_layer_layer_norm.bias", hid);
+    // The biases of the linears that feed a LayerNorm or the GELU ride on
+    // those ops (same arithmetic, one pass fewer each).
+    const float* dense_b = ctx.w(layer + ".attention.dense.bias", hid);
+    const float* ffn_b = ctx.w(layer + ".ffn.bias", inter);
+    const float* ffn_output_b = ctx.w(layer + ".ffn_output.bias", hid);
     const int head_dim = hid / cfg.bert_heads;
 
     for (int i = 0; i < cfg.bert_layers; ++i) {
@@ -49,15 +54,15 @@ void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out) {
         ops::attention(ctx.blas, qkv, qkv + hid, qkv + 2 * hid, attended, T, cfg.bert_heads,
                        head_dim, 3 * hid, T, scores, ctx.stream);
         // h = LayerNorm(h + dense(attended))
-        ctx.linear(layer + ".attention.dense", attended, h, T, hid, hid, 1.f);
+        ctx.linear(layer + ".attention.dense", attended, h, T, hid, hid, 1.f, false);
         ops::layer_norm_rows(h, h, T, hid, attn_ln_w, attn_ln_b, nullptr, nullptr,
-                             kAlbertLayerNormEps, ctx.stream);
+                             kAlbertLayerNormEps, ctx.stream, dense_b);
         // h = LayerNorm(h + ffn_output(gelu_new(ffn(h))))
-        ctx.linear(layer + ".ffn", h, ffn, T, hid, inter);
-        ops::gelu_new(ffn, int64_t(T) * inter, ctx.stream);
-        ctx.linear(layer + ".ffn_output", ffn, h, T, inter, hid, 1.f);
+        ctx.linear(layer + ".ffn", h, ffn, T, hid, inter, 0.f, false);
+        ops::gelu_new(ffn, T, inter, ffn_b, ctx.stream);
+        ctx.linear(layer + ".ffn_output", ffn, h, T, inter, hid, 1.f, false);
         ops::layer_norm_rows(h, h, T, hid, full_ln_w, full_ln_b, nullptr, nullptr,
-                             kAlbertLayerNormEps, ctx.stream);
+                             kAlbertLayerNormEps, ctx.stream, ffn_output_b);
     }
 }
 

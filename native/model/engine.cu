@@ -475,9 +475,10 @@ void Context::conv_transpose1d(const std::string& prefix, const float* x, float*
 }
 
 void Context::linear(const std::string& prefix, const float* x, float* y, int rows, int in, int out,
-                     float beta) const {
+                     float beta, bool with_bias) const {
     ops::linear(blas, x, weights.get(prefix + ".weight", int64_t(out) * in),
-                weights.get(prefix + ".bias", out), y, rows, in, out, stream, beta, gemm_math());
+                with_bias ? weights.get(prefix + ".bias", out) : nullptr, y, rows, in, out, stream,
+                beta, gemm_math());
 }
 
 void Context::lstm(const std::string& prefix, const float* x, float* out, int T) const {

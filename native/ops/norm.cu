@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "kokoro/check.h"
 #include "kokoro/half_rows.cuh"
@@ -49,24 +50,42 @@ __device__ T warp_sum(T v) {
     return v;
 }
 
-// One warp per row of x [rows, cols].
-__global__ void layer_norm_rows_kernel(const float* x, float* y, int rows, int cols, Affine affine,
-                                       float eps) {
+// One warp per row of x [rows, cols] (+ x_bias, when given, on every row).
+// The row is read once into registers (kRowsMaxPerLane per lane, all loads
+// in flight together): the rows are short (ALBERT's 768, the prosody's 512)
+// and few (one per token), so the pass is latency bound, and three dependent
+// sweeps over global memory cost three times its latency. Sums run in column
+// order per lane, then the fixed shuffle tree.
+constexpr int kRowsMaxPerLane = 32;
+constexpr int kRowsMaxCols = 32 * kRowsMaxPerLane;
+__global__ void layer_norm_rows_kernel(const float* x, const float* x_bias, float* y, int rows,
+                                       int cols, Affine affine, float eps) {
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
     const float* xr = x + int64_t(row) * cols;
     float* yr = y + int64_t(row) * cols;
+    float v[kRowsMaxPerLane];
     float sum = 0.f;
-    for (int c = lane; c < cols; c += 32) sum += xr[c];
+#pragma unroll
+    for (int i = 0; i < kRowsMaxPerLane; ++i) {
+        const int c = lane + 32 * i;
+        v[i] = c < cols ? (x_bias != nullptr ? xr[c] + x_bias[c] : xr[c]) : 0.f;
+        sum += v[i];
+    }
     const float mean = warp_sum(sum) / float(cols);
     float sq = 0.f;
-    for (int c = lane; c < cols; c += 32) {
-        const float d = xr[c] - mean;
-        sq += d * d;
+#pragma unroll
+    for (int i = 0; i < kRowsMaxPerLane; ++i) {
+        const float d = v[i] - mean;
+        if (lane + 32 * i < cols) sq += d * d;
     }
     const float denom = sqrtf(warp_sum(sq) / float(cols) + eps);
-    for (int c = lane; c < cols; c += 32) yr[c] = affine((xr[c] - mean) / denom, c);
+#pragma unroll
+    for (int i = 0; i < kRowsMaxPerLane; ++i) {
+        const int c = lane + 32 * i;
+        if (c < cols) yr[c] = affine((v[i] - mean) / denom, c);
+    }
 }
 
 constexpr int kChannelSplit = 8;
@@ -334,11 +353,15 @@ __global__ void adain_half_rows_kernel(AdainArgs a, const ChannelApply* apply, _
 
 void layer_norm_rows(const float* x, float* y, int rows, int cols, const float* gamma,
                      const float* beta, const float* style_gamma, const float* style_beta,
-                     float eps, cudaStream_t stream) {
+                     float eps, cudaStream_t stream, const float* x_bias) {
     if (rows == 0) return;
+    if (cols > kRowsMaxCols) {
+        throw CudaError("layer_norm_rows: rows of " + std::to_string(cols) + " columns, at most " +
+                        std::to_string(kRowsMaxCols));
+    }
     const int threads = 256, rows_per_block = threads / 32;
     layer_norm_rows_kernel<<<unsigned((rows + rows_per_block - 1) / rows_per_block), threads, 0,
-                             stream>>>(x, y, rows, cols,
+                             stream>>>(x, x_bias, y, rows, cols,
                                        Affine{gamma, beta, style_gamma, style_beta}, eps);
     KOKORO_CHECK_LAUNCH("layer_norm_rows_kernel");
 }

@@ -263,9 +263,10 @@ struct Context {
     // the projection `fc_prefix`; `alpha` only for Snake.
     void adain(const float* x, float* y, int C, int T, const std::string& fc_prefix,
                ops::Activation act, float slope, const float* alpha) const;
-    // Linear on rows: y [rows, out] = x [rows, in] @ W^T + b (+ beta * y).
+    // Linear on rows: y [rows, out] = x [rows, in] @ W^T + b (+ beta * y);
+    // with_bias false leaves b out (the caller fuses it into the next op).
     void linear(const std::string& prefix, const float* x, float* y, int rows, int in, int out,
-                float beta = 0.f) const;
+                float beta = 0.f, bool with_bias = true) const;
     // Bidirectional LSTM `prefix`: x [T, In] -> out [T, 2H].
     void lstm(const std::string& prefix, const float* x, float* out, int T) const;
 };

@@ -66,8 +66,9 @@ void embedding(const int32_t* ids, const float* table, float* out, int T, int di
 // out[t, :] = word[ids[t]] + pos[t] + type0, for ALBERT's embeddings.
 void albert_embeddings(const int32_t* ids, const float* word, const float* pos,
                        const float* type0, float* out, int T, int dim, cudaStream_t stream);
-// In place, tanh form of GELU (HF "gelu_new").
-void gelu_new(float* x, int64_t n, cudaStream_t stream);
+// In place on x [rows, cols], tanh form of GELU (HF "gelu_new") of x + bias
+// (bias [cols], may be null: the producing linear layer's, fused here).
+void gelu_new(float* x, int64_t rows, int cols, const float* bias, cudaStream_t stream);
 // y = x >= 0 ? x : slope * x (y may equal x).
 void leaky_relu(const float* x, float* y, int64_t n, float slope, cudaStream_t stream);
 // out = (a + b) * scale (out may equal a or b).
@@ -108,10 +109,13 @@ void reflection_pad(const float* x, float* out, int C, int T, int left, int righ
 // y = (x - mean) / sqrt(var + eps) * (1 + style_gamma) * gamma + beta + style_beta,
 // where each of gamma, beta, style_gamma, style_beta may be null (identity).
 // gamma/beta are the affine parameters; style_gamma/style_beta (AdaLayerNorm)
-// come from a style projection. y may equal x.
+// come from a style projection. y may equal x; cols <= 1024 (a row lives in
+// one warp's registers). x_bias (may be null): a
+// [cols] vector added to every row of x first (the bias of the linear layer
+// that produced x, fused here instead of its own pass).
 void layer_norm_rows(const float* x, float* y, int rows, int cols, const float* gamma,
                      const float* beta, const float* style_gamma, const float* style_beta,
-                     float eps, cudaStream_t stream);
+                     float eps, cudaStream_t stream, const float* x_bias = nullptr);
 // Same over the channel axis of a channels-first [C, T] tensor (text encoder's
 // LayerNorm, AdaLayerNorm on [C, T]).
 void layer_norm_channels(const float* x, float* y, int C, int T, const float* gamma,
