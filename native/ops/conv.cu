@@ -374,10 +374,13 @@ struct Output {
           residual(a.partial != nullptr ? nullptr : a.residual),
           Cout(a.Cout),
           Tout(a.Tout) {}
+    // Loaded once per channel, not per element (the epilogue is a large
+    // share of the short-reduction convs).
+    __device__ float bias(int co) const { return b != nullptr && co < Cout ? b[co] : 0.f; }
+    // y[co, t] = v (+ residual[co, t]), v already holding the bias.
     __device__ void store(int co, int t, float v) const {
         if (co >= Cout || t >= Tout) return;
         const int64_t i = int64_t(co) * Tout + t;
-        if (b != nullptr) v += b[co];
         if (residual != nullptr) v += residual[i];
         y[i] = v;
     }
@@ -461,11 +464,15 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi) {
 #pragma unroll
-        for (int ni = 0; ni < kNTiles; ++ni) {
+        for (int half = 0; half < 2; ++half) {
+            const int co = co0 + wm + mi * 16 + g + 8 * half;
+            const float bias = out.bias(co);
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                out.store(co0 + wm + mi * 16 + g + 8 * (e / 2), t0 + wn + ni * 8 + 2 * tq + e % 2,
-                          acc[mi][ni][e]);
+            for (int ni = 0; ni < kNTiles; ++ni) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    out.store(co, t0 + wn + ni * 8 + 2 * tq + e, acc[mi][ni][2 * half + e] + bias);
+                }
             }
         }
     }
@@ -595,8 +602,13 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup)
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            out.store(co0 + 8 * j + 2 * tq + e % 2, t0 + warp * 16 + g + 8 * (e / 2), d[4 * j + e]);
+        for (int e = 0; e < 2; ++e) {
+            const int co = co0 + 8 * j + 2 * tq + e;
+            const float bias = out.bias(co);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                out.store(co, t0 + warp * 16 + g + 8 * h, d[4 * j + 2 * h + e] + bias);
+            }
         }
     }
 #else
