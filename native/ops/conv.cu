@@ -630,19 +630,29 @@ __global__ void split_sum_kernel(const float* partial, int splits, const float* 
     y[i] = v;
 }
 
-// Whether this build holds the wgmma kernel for the current GPU: SASS for
-// sm_90a (CMake defines KOKORO_SM90A when the architectures include 90a)
-// runs on compute capability 9.0 only.
-bool wgmma_runs_here() {
-#ifdef KOKORO_SM90A
-    int device = 0, major = 0, minor = 0;
+// What the plan and the launch need of the current GPU, queried once per conv.
+struct Gpu {
+    int sms, smem_optin;
+    // This build holds the wgmma kernel for it: SASS for sm_90a (CMake
+    // defines KOKORO_SM90A when the architectures include 90a) runs on
+    // compute capability 9.0 only.
+    bool wgmma;
+};
+
+Gpu current_gpu() {
+    int device = 0;
+    Gpu g{0, 0, false};
     KOKORO_CUDA_CHECK(cudaGetDevice(&device));
+    KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&g.sms, cudaDevAttrMultiProcessorCount, device));
+    KOKORO_CUDA_CHECK(
+        cudaDeviceGetAttribute(&g.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+#ifdef KOKORO_SM90A
+    int major = 0, minor = 0;
     KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    return major == 9 && minor == 0;
-#else
-    return false;
+    g.wgmma = major == 9 && minor == 0;
 #endif
+    return g;
 }
 
 // The launch shape: the wide time tile (128) where it gives every SM two
@@ -656,11 +666,8 @@ struct Plan {
     }
 };
 
-Plan plan(int Cin, int Cout, int Tout) {
-    int device = 0, sms = 0;
-    KOKORO_CUDA_CHECK(cudaGetDevice(&device));
-    KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const int64_t want = 2 * int64_t(sms);
+Plan plan(const Gpu& gpu, int Cin, int Cout, int Tout) {
+    const int64_t want = 2 * int64_t(gpu.sms);
     Plan p{128, 1, 0};
     if (p.blocks(Cout, Tout) < want) p.tile = 64;
     const int chunks = (half_rows_pitch(Cin) + kBK - 1) / kBK;
@@ -672,13 +679,9 @@ Plan plan(int Cin, int Cout, int Tout) {
 }
 
 template <class Kernel>
-void launch(Kernel kernel, const char* name, size_t smem, int threads, const Plan& p,
-            const ConvArgs& a, cudaStream_t stream) {
-    int device = 0, smem_optin = 0;
-    KOKORO_CUDA_CHECK(cudaGetDevice(&device));
-    KOKORO_CUDA_CHECK(
-        cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    if (smem > size_t(smem_optin)) {
+void launch(Kernel kernel, const char* name, size_t smem, int threads, const Gpu& gpu,
+            const Plan& p, const ConvArgs& a, cudaStream_t stream) {
+    if (smem > size_t(gpu.smem_optin)) {
         throw CudaError(std::string(name) + ": a window of " +
                         std::to_string(p.tile + a.dilation * (a.K - 1)) +
                         " steps (dilation x (K - 1) = " + std::to_string(a.dilation * (a.K - 1)) +
@@ -688,29 +691,31 @@ void launch(Kernel kernel, const char* name, size_t smem, int threads, const Pla
     // from several host threads, and one lowering the limit between another's
     // call and launch would fail that launch.
     KOKORO_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin));
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, gpu.smem_optin));
     const dim3 grid(unsigned((a.Tout + p.tile - 1) / p.tile),
                     unsigned((a.Cout + kCoutTile - 1) / kCoutTile), unsigned(p.splits));
     kernel<<<grid, threads, smem, stream>>>(a);
-    check_cuda(cudaGetLastError(), (std::string("launch of ") + name).c_str());
+    const cudaError_t status = cudaGetLastError();  // the message is built on failure only
+    if (status != cudaSuccess) check_cuda(status, (std::string("launch of ") + name).c_str());
 }
 
-void launch(const Plan& p, HalfConvKernel which, const ConvArgs& a, cudaStream_t stream) {
+void launch(const Gpu& gpu, const Plan& p, HalfConvKernel which, const ConvArgs& a,
+            cudaStream_t stream) {
     const int halo = a.dilation * (a.K - 1);
-    if (which == HalfConvKernel::kBest && wgmma_runs_here()) {
+    if (which == HalfConvKernel::kBest && gpu.wgmma) {
         if (p.tile == 128) {
             launch(conv1d_wgmma_kernel<2>, "conv1d_wgmma_kernel", wgmma_smem_bytes<2>(halo),
-                   2 * kWgmmaThreadsPerGroup, p, a, stream);
+                   2 * kWgmmaThreadsPerGroup, gpu, p, a, stream);
         } else {
             launch(conv1d_wgmma_kernel<1>, "conv1d_wgmma_kernel", wgmma_smem_bytes<1>(halo),
-                   kWgmmaThreadsPerGroup, p, a, stream);
+                   kWgmmaThreadsPerGroup, gpu, p, a, stream);
         }
     } else if (p.tile == 128) {
         launch(conv1d_mma_sync_kernel<128>, "conv1d_mma_sync_kernel",
-               mma_sync_smem_bytes<128>(halo), kMmaThreads, p, a, stream);
+               mma_sync_smem_bytes<128>(halo), kMmaThreads, gpu, p, a, stream);
     } else {
         launch(conv1d_mma_sync_kernel<64>, "conv1d_mma_sync_kernel", mma_sync_smem_bytes<64>(halo),
-               kMmaThreads, p, a, stream);
+               kMmaThreads, gpu, p, a, stream);
     }
 }
 
@@ -802,7 +807,7 @@ int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int p
                                         int dilation) {
     const int Tout = conv1d_out_len(Tin, K, 1, pad, dilation);
     if (Cout == 0 || Tout <= 0) return 0;
-    const igemm::Plan p = igemm::plan(Cin, Cout, Tout);
+    const igemm::Plan p = igemm::plan(igemm::current_gpu(), Cin, Cout, Tout);
     return p.splits > 1 ? int64_t(p.splits) * Cout * Tout : 0;
 }
 
@@ -812,11 +817,12 @@ void conv1d_half_rows(const __half* x, const __half* w, const float* b, float* y
     const int Tout = conv1d_out_len(Tin, K, 1, pad, dilation);
     if (Cout == 0 || Tout <= 0) return;
     if (K < 2) throw CudaError("conv1d_half_rows: needs K >= 2, got " + std::to_string(K));
-    const igemm::Plan p = igemm::plan(Cin, Cout, Tout);
+    const igemm::Gpu gpu = igemm::current_gpu();
+    const igemm::Plan p = igemm::plan(gpu, Cin, Cout, Tout);
     const igemm::ConvArgs args{x,    w,         b,   residual, y,   p.splits > 1 ? scratch : nullptr,
                                half_rows_pitch(Cin), Cout, Tin, Tout, K, pad, dilation,
                                p.chunks_per_split};
-    igemm::launch(p, kernel, args, stream);
+    igemm::launch(gpu, p, kernel, args, stream);
     if (p.splits > 1) {
         igemm::split_sum_kernel<<<per_channel_grid(Cout, Tout), kThreads, 0, stream>>>(
             scratch, p.splits, b, residual, y, Cout, Tout);

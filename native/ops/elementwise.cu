@@ -47,16 +47,10 @@ struct LeakyRelu {
     __device__ float operator()(float x) const { return x >= 0.f ? x : x * slope; }
 };
 
+// y = fn(x + bias[column]) on [n / cols, cols]; bias may be null (y = fn(x)).
 template <typename Fn>
-__global__ void map_kernel(const float* x, float* y, int64_t n, Fn fn) {
-    const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-    if (i < n) y[i] = fn(x[i]);
-}
-
-// y = fn(x + bias[column]) on [n / cols, cols]; bias may be null.
-template <typename Fn>
-__global__ void bias_map_kernel(const float* x, const float* bias, float* y, int64_t n, int cols,
-                                Fn fn) {
+__global__ void map_kernel(const float* x, const float* bias, float* y, int64_t n, int cols,
+                           Fn fn) {
     const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (i < n) y[i] = fn(bias != nullptr ? x[i] + bias[i % cols] : x[i]);
 }
@@ -186,13 +180,13 @@ void embedding(const int32_t* ids, const float* table, float* out, int T, int di
 void gelu_new(float* x, int64_t rows, int cols, const float* bias, cudaStream_t stream) {
     const int64_t n = rows * cols;
     if (n == 0) return;
-    bias_map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, bias, x, n, cols, GeluNew{});
-    KOKORO_CHECK_LAUNCH("bias_map_kernel<GeluNew>");
+    map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, bias, x, n, cols, GeluNew{});
+    KOKORO_CHECK_LAUNCH("map_kernel<GeluNew>");
 }
 
 void leaky_relu(const float* x, float* y, int64_t n, float slope, cudaStream_t stream) {
     if (n == 0) return;
-    map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n, LeakyRelu{slope});
+    map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, nullptr, y, n, 1, LeakyRelu{slope});
     KOKORO_CHECK_LAUNCH("map_kernel<LeakyRelu>");
 }
 

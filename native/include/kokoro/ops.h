@@ -110,9 +110,9 @@ void reflection_pad(const float* x, float* out, int C, int T, int left, int righ
 // where each of gamma, beta, style_gamma, style_beta may be null (identity).
 // gamma/beta are the affine parameters; style_gamma/style_beta (AdaLayerNorm)
 // come from a style projection. y may equal x; cols <= 1024 (a row lives in
-// one warp's registers). x_bias (may be null): a
-// [cols] vector added to every row of x first (the bias of the linear layer
-// that produced x, fused here instead of its own pass).
+// one warp's registers). x_bias (may be null): a [cols] vector added to
+// every row of x first (the bias of the linear layer that produced x, fused
+// here instead of its own pass).
 void layer_norm_rows(const float* x, float* y, int rows, int cols, const float* gamma,
                      const float* beta, const float* style_gamma, const float* style_beta,
                      float eps, cudaStream_t stream, const float* x_bias = nullptr);
