@@ -3,7 +3,8 @@
 //   (a dict of float32 arrays) to GPU `device`; forward(...) runs one
 //   utterance with the GIL released and returns (audio, durations, trace or
 //   None); forward_batch(...) runs a list of utterances concurrently and
-//   returns a list of (audio, durations).
+//   returns a list of (audio, durations); set_phase_timing / phase_times give
+//   the benchmark's per-phase wall-clock breakdown.
 // - cuda_status() / devices(): raw facts about the driver, runtime and GPUs;
 //   kokoro_gpu.backends turns them into backend_info() and its messages.
 // - C++ errors become kokoro_gpu.errors exceptions: CudaError -> BackendError,
@@ -221,6 +222,10 @@ PYBIND11_MODULE(_native, m) {
         .def("forward_batch", &engine_forward_batch, py::arg("items"), py::arg("deterministic"),
              "[(ids int64 [T], ref_s float32 [256], speed, seed)] -> [(audio, durations)], run "
              "concurrently on several lanes; each equals forward() of the same item.")
+        .def("set_phase_timing", &kokoro::Engine::set_phase_timing, py::arg("on"),
+             "While on, forward() records timing events at the model's phase boundaries.")
+        .def("phase_times", &kokoro::Engine::phase_times,
+             "[(mark, ms since the start of the last forward())] in time order (phase timing on).")
         .def_property_readonly("max_lanes", [](const kokoro::Engine&) { return kokoro::Engine::kMaxLanes; })
         .def_property_readonly("device", &kokoro::Engine::device)
         .def_property_readonly("weight_bytes", &kokoro::Engine::weight_bytes)

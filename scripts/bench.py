@@ -25,6 +25,10 @@ PyTorch the generator is timed alone (CUDA events around its forward); the
 native engine exposes no per-part timing, so its rate divides by the whole
 forward (a lower bound, marked "whole fwd").
 
+``--phases`` adds, per case and precision, the engine's wall-clock breakdown:
+timing events at the model's phase boundaries, recorded inside its CUDA graphs
+(``Engine.set_phase_timing``), as the median ms of each mark since the start.
+
 ``--lstm`` adds the per-step time of ``lstm_bidirectional`` (H = 256) through
 the op binding: each call's time minus that of an op with the same output
 transfer, fitted over T.
@@ -325,6 +329,7 @@ def run_ours(
     utterances: list[Utterance],
     precision: str,
     torch: Any | None,
+    phases: dict[str, dict[str, list[tuple[str, float]]]],
 ) -> list[Row]:
     used0 = device_used_bytes(torch) if args.device == "cuda" else None
     backend = backends.create_backend(args.device, config, weights, precision)
@@ -348,8 +353,42 @@ def run_ours(
             row.mem_source = "cudaMemGetInfo delta"
         row.gen_timing = "whole fwd"
         rows.append(row)
+        if args.phases and hasattr(engine, "set_phase_timing"):
+            phases.setdefault(precision, {})[utt.case] = phase_breakdown(engine, call, args)
     rows.extend(run_ours_batch(args, backend, utterances, precision, sync))
     return rows
+
+
+def phase_breakdown(
+    engine: Any, call: Callable[[], Any], args: argparse.Namespace
+) -> list[tuple[str, float]]:
+    """Median ms since the start of each phase mark over args.repeats timed calls (graphs re-captured)."""
+    engine.set_phase_timing(True)
+    try:
+        for _ in range(max(args.warmup, 2)):  # first sight runs uncaptured, the second captures
+            call()
+        samples: dict[str, list[float]] = {}
+        for _ in range(args.repeats):
+            call()
+            for name, ms in engine.phase_times():
+                samples.setdefault(name, []).append(ms)
+    finally:
+        engine.set_phase_timing(False)
+    marks = [(name, statistics.median(v)) for name, v in samples.items()]
+    return sorted(marks, key=lambda m: m[1])
+
+
+def render_phases(phases: Mapping[str, Mapping[str, list[tuple[str, float]]]]) -> str:
+    """One block per precision and case: each mark's median ms since the start and since the previous mark."""
+    lines = []
+    for precision, cases in phases.items():
+        for case, marks in cases.items():
+            lines.append(f"phases, kokoro_gpu {precision}, {case} (ms since start, + since previous mark):")
+            previous = 0.0
+            for name, ms in marks:
+                lines.append(f"  {ms:8.3f}  +{ms - previous:7.3f}  {name}")
+                previous = ms
+    return "\n".join(lines)
 
 
 def run_ours_batch(
@@ -586,6 +625,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="random checkpoint and voice seed")
     p.add_argument("--no-torch", action="store_true", help="skip the official PyTorch implementation")
     p.add_argument("--lstm", action="store_true", help="also time lstm_bidirectional per step (CUDA)")
+    p.add_argument("--phases", action="store_true", help="also print the engine's per-phase breakdown (CUDA)")
     p.add_argument("--json", type=Path, help="write rows and facts as JSON here")
     p.add_argument("--md", type=Path, help="write the table as Markdown here")
     args = p.parse_args(argv)
@@ -640,9 +680,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.lstm and args.device == "cuda":
         meta["lstm"] = lstm_probe(args)
     rows: list[Row] = []
+    phases: dict[str, dict[str, list[tuple[str, float]]]] = {}
     for precision in args.precision:
         try:
-            rows.extend(run_ours(args, config, weights, utterances, precision, torch))
+            rows.extend(run_ours(args, config, weights, utterances, precision, torch, phases))
         except Exception as e:  # report and go on: the other rows still mean something
             traceback.print_exc()
             rows.append(Row("kokoro_gpu", precision, "all", 0, note=f"failed: {type(e).__name__}: {e}"))
@@ -658,6 +699,9 @@ def main(argv: list[str] | None = None) -> int:
     finish_rows(rows, config, peaks, torch_tf32)
 
     print(render_text(rows))
+    if phases:
+        meta["phases"] = phases
+        print(render_phases(phases))
     for key in ("gpu", "peak_tflops", "torch", "pytorch", "speeds"):
         if key in meta:
             print(f"{key}: {meta[key]}")

@@ -379,6 +379,32 @@ size_t Workspace::bytes() const {
     return total;
 }
 
+// ----------------------------------------------------------------- PhaseMarks
+
+PhaseMarks::~PhaseMarks() {
+    for (auto& [name, event] : events_) static_cast<void>(cudaEventDestroy(event));
+}
+
+void PhaseMarks::record(const std::string& name, cudaStream_t stream) {
+    cudaEvent_t& event = events_[name];
+    if (event == nullptr) KOKORO_CUDA_CHECK(cudaEventCreate(&event));
+    KOKORO_CUDA_CHECK(cudaEventRecordWithFlags(event, stream, cudaEventRecordExternal));
+}
+
+std::vector<std::pair<std::string, float>> PhaseMarks::since(const std::string& start) const {
+    std::vector<std::pair<std::string, float>> out;
+    auto origin = events_.find(start);
+    if (origin == events_.end()) return out;
+    for (const auto& [name, event] : events_) {
+        float ms = 0.f;
+        KOKORO_CUDA_CHECK(cudaEventElapsedTime(&ms, origin->second, event));
+        out.emplace_back(name, ms);
+    }
+    std::sort(out.begin(), out.end(),
+              [](const auto& a, const auto& b) { return a.second < b.second; });
+    return out;
+}
+
 // -------------------------------------------------------------------- Context
 
 void Context::wait_for(const Context& other) const {
@@ -541,6 +567,10 @@ public:
         index_[key] = order_.begin();
         return nullptr;
     }
+    void clear() {
+        index_.clear();
+        order_.clear();
+    }
 
 private:
     using Entries = std::list<std::pair<uint64_t, CachedGraph>>;
@@ -559,6 +589,9 @@ public:
 
     ForwardResult run(const Utterance& u, Trace* trace);
     size_t workspace_bytes() const { return ws_.bytes(); }
+    // Phase timing on or off; the cached graphs (with or without marks) go.
+    void set_phase_timing(bool on);
+    const PhaseMarks& marks() const { return marks_; }
 
 private:
     Context context(int stream, bool fast, Trace* trace);
@@ -580,6 +613,8 @@ private:
     ops::Stft stft_;  // of uncaptured runs
     GraphCache token_graphs_, frame_graphs_;
     float* style_out_[2] = {nullptr, nullptr};  // fc(s) of each style bank
+    bool timing_ = false;
+    PhaseMarks marks_;
 };
 
 Lane::Lane(const ModelConfig& cfg, const DeviceWeights& weights, bool fast)
@@ -620,7 +655,15 @@ Context Lane::context(int stream, bool fast, Trace* trace) {
                    {style_out_[0], style_out_[1]},
                    trace,
                    fast,
-                   stream == 0 ? "" : ".side"};
+                   stream == 0 ? "" : ".side",
+                   timing_ ? &marks_ : nullptr};
+}
+
+void Lane::set_phase_timing(bool on) {
+    for (auto& stream : streams_) KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+    timing_ = on;
+    token_graphs_.clear();
+    frame_graphs_.clear();
 }
 
 template <typename Prepare, typename Body>
@@ -689,11 +732,13 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
     int32_t* dur = ws_.ints("engine.durations", T);
     const Context ctx = context(0, false, trace);
     const Context side = context(1, fast_, trace);
+    ctx.mark("start");
 
     // Token side: text encoder || styles, ALBERT, bert_encoder, duration encoder and head.
     run_phase(token_graphs_, uint64_t(T), capture, [](CachedGraph&) {}, [&](ops::Stft&) {
         side.wait_for(ctx);  // the inputs
         text_encoder_forward(side, ids_dev, T, t_en);
+        side.mark("text encoder (side stream)");
         for (int half = 0; half < 2; ++half) {
             const DeviceWeights::StyleBank& bank =
                 weights_.style_bank(static_cast<StyleHalf>(half));
@@ -703,6 +748,7 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
             }
         }
         albert_forward(ctx, ids_dev, T, bert);
+        ctx.mark("style projections, ALBERT");
         ctx.record("bert", bert, {T, cfg_.bert_hidden});
         ctx.linear("bert_encoder", bert, d_en_rows, T, cfg_.bert_hidden, hid);
         if (trace != nullptr) {
@@ -711,8 +757,10 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
             ctx.record("d_en", d_en, {hid, T});
         }
         duration_encoder_forward(ctx, d_en_rows, style + sd, T, d);
+        ctx.mark("bert_encoder, duration encoder");
         ctx.record("d", d, {T, width});
         duration_head_forward(ctx, d, T, dur_lstm, logits);
+        ctx.mark("duration head");
         ctx.record("dur_lstm", dur_lstm, {T, hid});
         ctx.wait_for(side);
     });
@@ -739,6 +787,7 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
     }
     const int F = static_cast<int>(frames);
     if (trace != nullptr) trace->ints["pred_dur"] = result.durations;
+    ctx.mark("durations read back");
 
     // Frame side: alignment, F0 || N, source + STFT || decoder, generator.
     int32_t* frame_token = ws_.ints("engine.frame_token", F);
@@ -766,10 +815,13 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
         ctx.record("t_en", t_en, {hid, T});
         side.wait_for(ctx);  // f0
         const float* har = generator_source(side, stft, f0, F, u.deterministic, seed);
+        side.mark("harmonic source, STFT (side stream)");
         const Context fast = ctx.with_fast(fast_);
         decoder_forward(fast, t_en, frame_token, T, F, f0, n, dec_out);
+        fast.mark("decoder");
         fast.wait_for(side);  // har
         generator_forward(fast, stft, dec_out, har, F, audio);
+        fast.mark("conv_post, iSTFT");
     });
 
     result.audio.resize(static_cast<size_t>(samples));
@@ -799,6 +851,18 @@ Lane& Engine::lane(size_t index) {
     const bool fast = precision_ == Precision::kFast;
     while (lanes_.size() <= index) lanes_.push_back(std::make_unique<Lane>(cfg_, *weights_, fast));
     return *lanes_[index];
+}
+
+void Engine::set_phase_timing(bool on) {
+    const std::lock_guard<std::mutex> lock(forward_mutex_);
+    KOKORO_CUDA_CHECK(cudaSetDevice(device_));
+    lane(0).set_phase_timing(on);
+}
+
+std::vector<std::pair<std::string, float>> Engine::phase_times() {
+    const std::lock_guard<std::mutex> lock(forward_mutex_);
+    KOKORO_CUDA_CHECK(cudaSetDevice(device_));
+    return lane(0).marks().since("start");
 }
 
 size_t Engine::workspace_bytes() const {

@@ -145,6 +145,7 @@ void generator_forward(const Context& ctx, ops::Stft& stft, const float* x, cons
                 ops::add_scaled(mean, branch, mean, n, scale, ctx.stream);
             }
         }
+        ctx.mark("generator stage " + idx);
         stage_x = mean;
         channels = c_out;
         T = t_stage;

@@ -56,6 +56,7 @@ void f0n_forward(const Context& ctx, const Context& n_ctx, const float* en, int 
     ops::transpose(en, en_rows, width, F, ctx.stream);
     float* shared_rows = ctx.floats("prosody.shared_rows", int64_t(F) * hid);
     ctx.lstm("predictor.shared", en_rows, shared_rows, F);
+    ctx.mark("alignment, shared LSTM");
     ctx.record("shared_lstm", shared_rows, {F, hid});
     float* shared = ctx.floats("prosody.shared", int64_t(hid) * F);
     ops::transpose(shared_rows, shared, F, hid, ctx.stream);
@@ -79,6 +80,7 @@ void f0n_forward(const Context& ctx, const Context& n_ctx, const float* en, int 
         sc.conv1d(p + "_proj", c, stack.out, half, 1, 2 * F, 1, 1, 0, 1, 1, true);
     }
     ctx.wait_for(n_ctx);
+    ctx.mark("F0 || N stacks");
 }
 
 }  // namespace kokoro

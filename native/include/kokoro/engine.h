@@ -17,6 +17,8 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kokoro/model.h"
@@ -70,6 +72,13 @@ public:
     std::vector<ForwardResult> forward_batch(const std::vector<Utterance>& utterances);
 
     static constexpr int kMaxLanes = 4;
+
+    // Phase timing, for the benchmark: while on, forward() records timing
+    // events at the model's phase boundaries (into its graphs too, which are
+    // captured again on a switch); phase_times() gives each mark's ms since
+    // the start of the last forward(), in time order. forward_batch() never times.
+    void set_phase_timing(bool on);
+    std::vector<std::pair<std::string, float>> phase_times();
 
     int device() const { return device_; }
     Precision precision() const { return precision_; }

@@ -187,6 +187,25 @@ private:
     uint64_t generation_ = 0;
 };
 
+// Timing events at the boundaries of the model's phases, by name: the
+// benchmark's wall-clock breakdown of a forward pass. record() is an
+// external event record (cudaEventRecordExternal), so a graph captured with
+// marks replays them; events are created on a name's first record.
+class PhaseMarks {
+public:
+    PhaseMarks() = default;
+    ~PhaseMarks();
+    PhaseMarks(const PhaseMarks&) = delete;
+    PhaseMarks& operator=(const PhaseMarks&) = delete;
+    void record(const std::string& name, cudaStream_t stream);
+    // (name, ms since the mark `start`) of every mark, in time order; the
+    // streams that recorded them must have drained.
+    std::vector<std::pair<std::string, float>> since(const std::string& start) const;
+
+private:
+    std::map<std::string, cudaEvent_t> events_;
+};
+
 // Host copies of intermediates, by docs/DESIGN.md trace key.
 struct Trace {
     struct Array {
@@ -208,6 +227,7 @@ struct Context {
     Trace* trace;               // null unless intermediates were asked for
     bool fast;                  // precision "fast": TF32 GEMMs, FP16 tensor-core convs
     const char* tag;            // suffix of this context's workspace slot names
+    PhaseMarks* marks;          // null unless phase timing is on
 
     // The workspace buffer `slot` of this context (its tag appended).
     float* floats(const std::string& slot, int64_t count) const { return ws.floats(slot + tag, count); }
@@ -231,6 +251,10 @@ struct Context {
     }
     // gamma/beta [2C] of the style projection `fc_prefix`, checked to be 2C wide.
     const float* style(const std::string& fc_prefix, int channels) const;
+    // A phase-timing mark `name` on this context's stream; no-op unless timing is on.
+    void mark(const std::string& name) const {
+        if (marks != nullptr) marks->record(name, stream);
+    }
     // Copies a device tensor to the trace (waits for the stream); no-op without a trace.
     void record(const char* key, const float* device, std::vector<int64_t> shape) const;
 
