@@ -388,7 +388,13 @@ PhaseMarks::~PhaseMarks() {
 void PhaseMarks::record(const std::string& name, cudaStream_t stream) {
     cudaEvent_t& event = events_[name];
     if (event == nullptr) KOKORO_CUDA_CHECK(cudaEventCreate(&event));
-    KOKORO_CUDA_CHECK(cudaEventRecordWithFlags(event, stream, cudaEventRecordExternal));
+    // Under capture an external record node (a plain record would become an
+    // internal dependency edge); outside capture the flag is refused.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    KOKORO_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    KOKORO_CUDA_CHECK(cudaEventRecordWithFlags(
+        event, stream,
+        capture == cudaStreamCaptureStatusActive ? cudaEventRecordExternal : cudaEventRecordDefault));
 }
 
 std::vector<std::pair<std::string, float>> PhaseMarks::since(const std::string& start) const {
