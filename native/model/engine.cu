@@ -8,9 +8,9 @@
 //   concatenated so one GEMV per half computes every AdaIN style vector;
 //   each attention's query, key and value linears are stacked into one,
 //   "<attention>.qkv", so ALBERT projects all three in one GEMM.
-//   For precision "fast", the dense conv weights also go, as FP16 with the
-//   last axis padded to 8 (ops::conv_weight_to_half_rows), into a second
-//   arena: the tensor-core convs' operands.
+//   For precision "fast", the conv weights that only the tensor-core convs
+//   read (DeviceWeights::half_only) go instead, as FP16 with the last axis
+//   padded to 8 (ops::conv_weight_to_half_rows), into a second arena.
 // - Workspace: named buffers reused across calls; a buffer grows only when a
 //   longer input needs more (the old one is freed after the lane drains).
 // - Lane: two streams with their cuBLAS handles and events, a workspace and
@@ -20,8 +20,9 @@
 //             bert_encoder, duration encoder, duration head -> logits;
 //     (uncaptured: durations from the logits and the speed, read back)
 //     frames: alignment, shared LSTM, F0 stack || N stack, then
-//             [harmonic source + STFT on the side stream] || decoder, then
-//             the generator; the audio is read back.
+//             [harmonic source + STFT, then each generator stage's source
+//             branch, on the side stream] || decoder, the generator's
+//             stages (each waits for its source branch); the audio is read back.
 //   Each phase runs as a CUDA graph replay once its key has been seen
 //   before (tokens: T; frames: T, F, deterministic); the seed reaches the
 //   source through device memory, so replays take a new one. A graph is
@@ -118,7 +119,12 @@ int64_t HostTensor::numel() const {
 
 // ------------------------------------------------------------- DeviceWeights
 
-DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, bool half_convs) {
+bool DeviceWeights::half_only(const std::string& name, int c_in) {
+    return c_in >= kMinHalfChannels && name.rfind("predictor.", 0) != 0 &&
+           name.find(".ups.") == std::string::npos;
+}
+
+DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, bool fast) {
     // Lay out every device tensor as (offset, pieces copied from the host);
     // derived tensors (folded LSTM biases, relaid conv weights) are built in
     // `owned` first.
@@ -159,7 +165,6 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, bool half_c
         } else if (std::regex_match(name, m, style_fc_name)) {
             style_prefixes[static_cast<int>(style_half_of(name))].insert(m[1]);
         } else if (name.rfind("bert.pooler.", 0) != 0) {  // the pooler is unused
-            const size_t offset = place(tensor.numel());
             const float* src = tensor.data;
             if (tensor.shape.size() == 3 && tensor.shape[2] > 1) {  // a conv weight
                 const int64_t A = tensor.shape[0];
@@ -167,14 +172,16 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, bool half_c
                 owned.emplace_back(static_cast<size_t>(tensor.numel()));
                 ops::conv_weight_to_device_layout(tensor.data, owned.back().data(), A, B, K);
                 src = owned.back().data();
-                if (half_convs && B >= kMinHalfChannels) {
+                if (fast && half_only(name, B)) {
                     const int64_t n = A * K * ops::half_rows_pitch(B);
                     half_offsets[name] = halves.size();
                     half_entries_[name] = {nullptr, n};
                     halves.resize(round_up(halves.size() + size_t(n), kArenaAlignFloats * 2));
                     ops::conv_weight_to_half_rows(src, halves.data() + half_offsets[name], A, K, B);
+                    continue;  // no fp32 copy
                 }
             }
+            const size_t offset = place(tensor.numel());
             pieces.push_back({offset, src, tensor.numel()});
             offsets[name] = offset;
             entries_[name] = {nullptr, tensor.numel()};
@@ -306,7 +313,11 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, bool half_c
 
 const float* DeviceWeights::get(const std::string& name, int64_t numel) const {
     auto it = entries_.find(name);
-    if (it == entries_.end()) throw WeightsError("the weights lack tensor '" + name + "'");
+    if (it == entries_.end()) {
+        throw WeightsError(half_entries_.count(name) != 0
+                               ? "tensor '" + name + "' is kept as FP16 only in precision \"fast\""
+                               : "the weights lack tensor '" + name + "'");
+    }
     if (it->second.numel != numel) {
         throw WeightsError("tensor '" + name + "' holds " + std::to_string(it->second.numel) +
                            " values; the model needs " + std::to_string(numel));
@@ -795,7 +806,7 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
     if (trace != nullptr) trace->ints["pred_dur"] = result.durations;
     ctx.mark("durations read back");
 
-    // Frame side: alignment, F0 || N, source + STFT || decoder, generator.
+    // Frame side: alignment, F0 || N, source + STFT + source branches || decoder, generator.
     int32_t* frame_token = ws_.ints("engine.frame_token", F);
     float* d_t = ws_.floats("engine.d_t", int64_t(width) * T);
     float* en = ws_.floats("engine.en", int64_t(width) * F);
@@ -825,8 +836,7 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
         const Context fast = ctx.with_fast(fast_);
         decoder_forward(fast, t_en, frame_token, T, F, f0, n, dec_out);
         fast.mark("decoder");
-        fast.wait_for(side);  // har
-        generator_forward(fast, stft, dec_out, har, F, audio);
+        generator_forward(fast, side, stft, dec_out, har, F, audio);
         fast.mark("conv_post, iSTFT");
     });
 

@@ -1,12 +1,16 @@
 // iSTFTNet generator (kokoro/istftnet.py Generator): the harmonic-plus-noise
-// source and its STFT (generator_source, independent of the decoder, so the
-// engine runs it concurrently), then per upsampling stage: LeakyReLU 0.1, the source
-// branch (noise conv + AdaINResBlock1), the transposed-conv upsampler (plus a
-// reflection pad (1, 0) on the last stage), their sum, and the mean of the
-// stage's AdaINResBlock1s; finally LeakyReLU 0.01, conv_post, and the
-// spectral head + inverse STFT. Stage buffers come from the workspace, each
-// slot reused for everything whose lifetime does not overlap (the largest
-// stage, [128, 120 F], sets the generator's memory).
+// source and its STFT (generator_source), then per upsampling stage:
+// LeakyReLU 0.1, the source branch (noise conv + AdaINResBlock1), the
+// transposed-conv upsampler (plus a reflection pad (1, 0) on the last
+// stage), their sum, and the mean of the stage's AdaINResBlock1s; finally
+// LeakyReLU 0.01, conv_post, and the spectral head + inverse STFT.
+// The source and every stage's source branch depend on F0 alone, not on the
+// decoder: they run on a second context's stream (the engine's side
+// stream), concurrently with the decoder and the earlier stages' main path,
+// which waits for a stage's branch just before adding it. Stage buffers
+// come from the workspace, each slot reused for everything whose lifetime
+// does not overlap; the branch outputs are one slot per stage (all live at
+// once), the largest stage, [128, 120 F], sets the generator's memory.
 #include <stdexcept>
 #include <string>
 
@@ -81,64 +85,98 @@ const float* generator_source(const Context& ctx, ops::Stft& stft, const float* 
     return har;
 }
 
-void generator_forward(const Context& ctx, ops::Stft& stft, const float* x, const float* har,
-                       int F, float* audio) {
+namespace {
+// The shape of upsampling stage i: channels in and out, time steps in and out.
+struct Stage {
+    int c_in, c_out, t_in, t_up, t_out;
+};
+
+Stage stage_shape(const ModelConfig& cfg, int i, int F) {
+    Stage s{cfg.upsample_initial_channel, cfg.upsample_initial_channel / 2, 2 * F, 0, 0};
+    for (int j = 0;; ++j) {
+        const int kernel = cfg.upsample_kernel_sizes[j];
+        const int rate = cfg.upsample_rates[j];
+        s.t_up = ops::conv_transpose1d_out_len(s.t_in, kernel, rate, (kernel - rate) / 2, 0);
+        s.t_out = j + 1 == static_cast<int>(cfg.upsample_rates.size()) ? s.t_up + 1 : s.t_up;
+        if (j == i) return s;
+        s = {s.c_out, s.c_out / 2, s.t_out, 0, 0};
+    }
+}
+
+// Source branch of stage i: the source STFT `har` brought to the stage's
+// frame rate (noise conv) and through the stage's noise AdaINResBlock1,
+// into the workspace slot "generator.source.<i>" of ctx's workspace, which
+// the stage's main path then reads (and builds its input in).
+float* source_branch(const Context& ctx, const float* har, int i, int F) {
     const ModelConfig& cfg = ctx.cfg;
     const std::string g = "decoder.generator";
-    const int f0_len = 2 * F;
+    const std::string idx = std::to_string(i);
+    const Stage s = stage_shape(cfg, i, F);
+    const int n_stages = static_cast<int>(cfg.upsample_rates.size());
+    const bool last = i + 1 == n_stages;
+    const int spec_rows = cfg.n_fft + 2;
+    const int spec_frames = generator_spec_frames(cfg, F);
+    float* source = ctx.ws.floats("generator.source." + idx, int64_t(s.c_out) * s.t_out);
+    int stride = 1;
+    for (int j = i + 1; j < n_stages; ++j) stride *= cfg.upsample_rates[j];
+    const int noise_kernel = last ? 1 : 2 * stride;
+    const int noise_pad = last ? 0 : (stride + 1) / 2;
+    check_length("noise_convs." + idx,
+                 ops::conv1d_out_len(spec_frames, noise_kernel, stride, noise_pad, 1), s.t_out);
+    ctx.conv1d(g + ".noise_convs." + idx, har, source, spec_rows, s.c_out, spec_frames,
+               noise_kernel, stride, noise_pad, 1, 1, true);
+    adain_resblock1(ctx, g + ".noise_res." + idx, source, source, s.c_out, s.t_out,
+                    last ? kLastNoiseResKernel : kNoiseResKernel, cfg.resblock_dilation_sizes[0]);
+    ctx.mark("source branch " + idx + " (side stream)");
+    return source;
+}
+}  // namespace
+
+void generator_forward(const Context& ctx, const Context& source_ctx, ops::Stft& stft,
+                       const float* x, const float* har, int F, float* audio) {
+    const ModelConfig& cfg = ctx.cfg;
+    const std::string g = "decoder.generator";
     const int spec_rows = cfg.n_fft + 2;
     const int spec_frames = generator_spec_frames(cfg, F);
 
     const int n_stages = static_cast<int>(cfg.upsample_rates.size());
     const int n_kernels = static_cast<int>(cfg.resblock_kernel_sizes.size());
+    float* next_source = source_branch(source_ctx, har, 0, F);
     const float* stage_x = x;
-    int channels = cfg.upsample_initial_channel;
-    int T = f0_len;
+    Stage s{};
     for (int i = 0; i < n_stages; ++i) {
         const bool last = i + 1 == n_stages;
         const std::string idx = std::to_string(i);
-        const int c_out = channels / 2;
+        s = stage_shape(cfg, i, F);
         const int rate = cfg.upsample_rates[i];
         const int kernel = cfg.upsample_kernel_sizes[i];
-        const int t_up = ops::conv_transpose1d_out_len(T, kernel, rate, (kernel - rate) / 2, 0);
-        const int t_stage = last ? t_up + 1 : t_up;
-        const int64_t n = int64_t(c_out) * t_stage;
+        const int64_t n = int64_t(s.c_out) * s.t_out;
 
-        float* activated = ctx.floats("generator.activated", int64_t(channels) * T);
-        ops::leaky_relu(stage_x, activated, int64_t(channels) * T, kStageSlope, ctx.stream);
+        float* activated = ctx.floats("generator.activated", int64_t(s.c_in) * s.t_in);
+        ops::leaky_relu(stage_x, activated, int64_t(s.c_in) * s.t_in, kStageSlope, ctx.stream);
 
-        // Source branch: the source STFT brought to this stage's frame rate.
-        float* source = ctx.floats("generator.source", n);
-        int stride = 1;
-        for (int j = i + 1; j < n_stages; ++j) stride *= cfg.upsample_rates[j];
-        const int noise_kernel = last ? 1 : 2 * stride;
-        const int noise_pad = last ? 0 : (stride + 1) / 2;
-        check_length("noise_convs." + idx,
-                     ops::conv1d_out_len(spec_frames, noise_kernel, stride, noise_pad, 1), t_stage);
-        ctx.conv1d(g + ".noise_convs." + idx, har, source, spec_rows, c_out, spec_frames,
-                   noise_kernel, stride, noise_pad, 1, 1, true);
-        adain_resblock1(ctx, g + ".noise_res." + idx, source, source, c_out, t_stage,
-                        last ? kLastNoiseResKernel : kNoiseResKernel,
-                        cfg.resblock_dilation_sizes[0]);
-
-        // The stage input source + upsampled is built in `source`; `branch` and
-        // `mean` (stage_x is consumed) are free until the residual blocks.
+        // The stage input source + upsampled is built in the source branch's
+        // buffer; `branch` and `mean` (stage_x is consumed) are free until the
+        // residual blocks.
         float* branch = ctx.floats("generator.branch", n);
         float* mean = ctx.floats("generator.mean", n);
         float* upsampled = branch;
-        ctx.conv_transpose1d(g + ".ups." + idx, activated, upsampled, channels, c_out, T, kernel,
-                             rate, (kernel - rate) / 2, 0, 1);
+        ctx.conv_transpose1d(g + ".ups." + idx, activated, upsampled, s.c_in, s.c_out, s.t_in,
+                             kernel, rate, (kernel - rate) / 2, 0, 1);
         if (last) {
-            ops::reflection_pad(upsampled, mean, c_out, t_up, 1, 0, ctx.stream);
+            ops::reflection_pad(upsampled, mean, s.c_out, s.t_up, 1, 0, ctx.stream);
             upsampled = mean;
         }
-        float* stage_in = source;
+        // This stage's source branch is done; the next one's then overlaps this stage.
+        ctx.wait_for(source_ctx);
+        float* stage_in = next_source;
+        if (!last) next_source = source_branch(source_ctx, har, i + 1, F);
         ops::add_scaled(stage_in, upsampled, stage_in, n, 1.f, ctx.stream);
 
         // Mean of the stage's residual blocks; the sum builds up in `mean`.
         for (int j = 0; j < n_kernels; ++j) {
             const std::string block = g + ".resblocks." + std::to_string(i * n_kernels + j);
-            adain_resblock1(ctx, block, stage_in, j == 0 ? mean : branch, c_out, t_stage,
+            adain_resblock1(ctx, block, stage_in, j == 0 ? mean : branch, s.c_out, s.t_out,
                             cfg.resblock_kernel_sizes[j], cfg.resblock_dilation_sizes[j]);
             if (j > 0) {
                 const float scale = j + 1 == n_kernels ? 1.f / static_cast<float>(n_kernels) : 1.f;
@@ -147,18 +185,17 @@ void generator_forward(const Context& ctx, ops::Stft& stft, const float* x, cons
         }
         ctx.mark("generator stage " + idx);
         stage_x = mean;
-        channels = c_out;
-        T = t_stage;
     }
 
-    check_length("conv_post input", T, spec_frames);
-    float* activated = ctx.floats("generator.activated", int64_t(channels) * T);
-    ops::leaky_relu(stage_x, activated, int64_t(channels) * T, kPostSlope, ctx.stream);
-    float* logits = ctx.floats("generator.logits", int64_t(spec_rows) * T);
-    ctx.conv1d(g + ".conv_post", activated, logits, channels, spec_rows, T, kPostKernel, 1,
+    check_length("conv_post input", s.t_out, spec_frames);
+    const int64_t post_in = int64_t(s.c_out) * s.t_out;
+    float* activated = ctx.floats("generator.activated", post_in);
+    ops::leaky_relu(stage_x, activated, post_in, kPostSlope, ctx.stream);
+    float* logits = ctx.floats("generator.logits", int64_t(spec_rows) * s.t_out);
+    ctx.conv1d(g + ".conv_post", activated, logits, s.c_out, spec_rows, s.t_out, kPostKernel, 1,
                (kPostKernel - 1) / 2, 1, 1, true);
-    ctx.record("gen_post", logits, {spec_rows, T});
-    stft.inverse_from_logits(logits, T, audio, ctx.stream);
+    ctx.record("gen_post", logits, {spec_rows, s.t_out});
+    stft.inverse_from_logits(logits, s.t_out, audio, ctx.stream);
 }
 
 }  // namespace kokoro

@@ -7,7 +7,7 @@
 //   so a forward pass computes every AdaIN/AdaLayerNorm style in one GEMV,
 //   and each attention's query, key, value linears stacked into the one
 //   linear "<attention>.qkv" (weight [3 * hidden, in], bias [3 * hidden]);
-//   for precision "fast" also an FP16 copy of every dense conv weight;
+//   for precision "fast" the weights of the tensor-core convs as FP16 only;
 // - Workspace: named device scratch buffers, allocated on first use and
 //   reused across calls, grown only when a longer input needs more (the old
 //   buffer is retired, freed once the owner's streams have drained, and the
@@ -89,10 +89,16 @@ struct DeviceFree {
 
 class DeviceWeights {
 public:
-    // half_convs: also keep FP16 copies of the dense conv weights (K >= 2,
-    // at least kMinHalfChannels on the middle axis) for precision "fast".
-    DeviceWeights(const HostWeights& host, int style_dim, bool half_convs);
+    // fast (precision "fast"): the conv weights that only the FP16
+    // tensor-core convs read (half_only) are kept as FP16 alone.
+    DeviceWeights(const HostWeights& host, int style_dim, bool fast);
     static constexpr int kMinHalfChannels = 32;
+    // A conv weight (K >= 2, c_in on its middle axis) that precision "fast"
+    // reads only as FP16: every dense conv of the text encoder, decoder and
+    // generator with at least kMinHalfChannels inputs, but not the prosody
+    // predictor's (its F0/N stacks stay fp32) nor the generator's transposed
+    // upsamplers "ups" (TF32 GEMMs on the fp32 weight).
+    static bool half_only(const std::string& name, int c_in);
     DeviceWeights(const DeviceWeights&) = delete;
     DeviceWeights& operator=(const DeviceWeights&) = delete;
 
@@ -336,8 +342,11 @@ const float* generator_source(const Context& ctx, ops::Stft& stft, const float* 
                               bool deterministic, const uint64_t* seed);
 int generator_spec_frames(const ModelConfig& cfg, int F);
 // iSTFTNet generator: x [upsample_initial_channel, 2F] and the source har
-// -> audio [source_upsampling() * 2F].
-void generator_forward(const Context& ctx, ops::Stft& stft, const float* x, const float* har,
-                       int F, float* audio);
+// -> audio [source_upsampling() * 2F]. Each stage's source branch (noise
+// conv + noise AdaINResBlock1 on har) runs on `source_ctx` (its stream
+// holds har already), concurrently with ctx's work; ctx has waited for all
+// of them on return.
+void generator_forward(const Context& ctx, const Context& source_ctx, ops::Stft& stft,
+                       const float* x, const float* har, int F, float* audio);
 
 }  // namespace kokoro
