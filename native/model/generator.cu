@@ -7,10 +7,11 @@
 // The source and every stage's source branch depend on F0 alone, not on the
 // decoder: they run on a second context's stream (the engine's side
 // stream), concurrently with the decoder and the earlier stages' main path,
-// which waits for a stage's branch just before adding it. Stage buffers
-// come from the workspace, each slot reused for everything whose lifetime
-// does not overlap; the branch outputs are one slot per stage (all live at
-// once), the largest stage, [128, 120 F], sets the generator's memory.
+// which waits for a stage's branch just before adding it (fp32 runs its
+// last branch on the main path: see generator_forward). Stage buffers come
+// from the workspace, each slot reused for everything whose lifetime does
+// not overlap, LeakyReLUs in place; the branch outputs are one slot per
+// stage, and the largest stage, [128, 120 F], sets the generator's memory.
 #include <stdexcept>
 #include <string>
 
@@ -105,8 +106,8 @@ Stage stage_shape(const ModelConfig& cfg, int i, int F) {
 
 // Source branch of stage i: the source STFT `har` brought to the stage's
 // frame rate (noise conv) and through the stage's noise AdaINResBlock1,
-// into the workspace slot "generator.source.<i>" of ctx's workspace, which
-// the stage's main path then reads (and builds its input in).
+// into the workspace slot "generator.source.<i>", which the stage's main
+// path then reads (and builds its input in).
 float* source_branch(const Context& ctx, const float* har, int i, int F) {
     const ModelConfig& cfg = ctx.cfg;
     const std::string g = "decoder.generator";
@@ -127,13 +128,13 @@ float* source_branch(const Context& ctx, const float* har, int i, int F) {
                noise_kernel, stride, noise_pad, 1, 1, true);
     adain_resblock1(ctx, g + ".noise_res." + idx, source, source, s.c_out, s.t_out,
                     last ? kLastNoiseResKernel : kNoiseResKernel, cfg.resblock_dilation_sizes[0]);
-    ctx.mark("source branch " + idx + " (side stream)");
+    ctx.mark("source branch " + idx + (ctx.tag[0] != '\0' ? " (side stream)" : ""));
     return source;
 }
 }  // namespace
 
-void generator_forward(const Context& ctx, const Context& source_ctx, ops::Stft& stft,
-                       const float* x, const float* har, int F, float* audio) {
+void generator_forward(const Context& ctx, const Context& side, ops::Stft& stft, float* x,
+                       const float* har, int F, float* audio) {
     const ModelConfig& cfg = ctx.cfg;
     const std::string g = "decoder.generator";
     const int spec_rows = cfg.n_fft + 2;
@@ -141,8 +142,13 @@ void generator_forward(const Context& ctx, const Context& source_ctx, ops::Stft&
 
     const int n_stages = static_cast<int>(cfg.upsample_rates.size());
     const int n_kernels = static_cast<int>(cfg.resblock_kernel_sizes.size());
-    float* next_source = source_branch(source_ctx, har, 0, F);
-    const float* stage_x = x;
+    // Stage i's source branch runs on the side stream, except in fp32 the
+    // last stage's: its fp32 AdaIN buffers there would add two of the
+    // largest slots ([128, 120 F]), and the GPU is busy with the previous
+    // stage's convs by then (little to overlap). In FP16 they are half rows.
+    auto on_side = [&](int i) { return ctx.fast || i == 0; };
+    float* side_source = source_branch(side, har, 0, F);
+    float* stage_x = x;
     Stage s{};
     for (int i = 0; i < n_stages; ++i) {
         const bool last = i + 1 == n_stages;
@@ -152,8 +158,8 @@ void generator_forward(const Context& ctx, const Context& source_ctx, ops::Stft&
         const int kernel = cfg.upsample_kernel_sizes[i];
         const int64_t n = int64_t(s.c_out) * s.t_out;
 
-        float* activated = ctx.floats("generator.activated", int64_t(s.c_in) * s.t_in);
-        ops::leaky_relu(stage_x, activated, int64_t(s.c_in) * s.t_in, kStageSlope, ctx.stream);
+        // In place: stage_x (x, then the previous stage's mean) is consumed.
+        ops::leaky_relu(stage_x, stage_x, int64_t(s.c_in) * s.t_in, kStageSlope, ctx.stream);
 
         // The stage input source + upsampled is built in the source branch's
         // buffer; `branch` and `mean` (stage_x is consumed) are free until the
@@ -161,16 +167,17 @@ void generator_forward(const Context& ctx, const Context& source_ctx, ops::Stft&
         float* branch = ctx.floats("generator.branch", n);
         float* mean = ctx.floats("generator.mean", n);
         float* upsampled = branch;
-        ctx.conv_transpose1d(g + ".ups." + idx, activated, upsampled, s.c_in, s.c_out, s.t_in,
+        ctx.conv_transpose1d(g + ".ups." + idx, stage_x, upsampled, s.c_in, s.c_out, s.t_in,
                              kernel, rate, (kernel - rate) / 2, 0, 1);
         if (last) {
             ops::reflection_pad(upsampled, mean, s.c_out, s.t_up, 1, 0, ctx.stream);
             upsampled = mean;
         }
-        // This stage's source branch is done; the next one's then overlaps this stage.
-        ctx.wait_for(source_ctx);
-        float* stage_in = next_source;
-        if (!last) next_source = source_branch(source_ctx, har, i + 1, F);
+        // har and this stage's branch are done (on the side stream or here);
+        // the next stage's branch then overlaps this stage.
+        ctx.wait_for(side);
+        float* stage_in = on_side(i) ? side_source : source_branch(ctx, har, i, F);
+        if (!last && on_side(i + 1)) side_source = source_branch(side, har, i + 1, F);
         ops::add_scaled(stage_in, upsampled, stage_in, n, 1.f, ctx.stream);
 
         // Mean of the stage's residual blocks; the sum builds up in `mean`.
@@ -188,11 +195,9 @@ void generator_forward(const Context& ctx, const Context& source_ctx, ops::Stft&
     }
 
     check_length("conv_post input", s.t_out, spec_frames);
-    const int64_t post_in = int64_t(s.c_out) * s.t_out;
-    float* activated = ctx.floats("generator.activated", post_in);
-    ops::leaky_relu(stage_x, activated, post_in, kPostSlope, ctx.stream);
+    ops::leaky_relu(stage_x, stage_x, int64_t(s.c_out) * s.t_out, kPostSlope, ctx.stream);
     float* logits = ctx.floats("generator.logits", int64_t(spec_rows) * s.t_out);
-    ctx.conv1d(g + ".conv_post", activated, logits, s.c_out, spec_rows, s.t_out, kPostKernel, 1,
+    ctx.conv1d(g + ".conv_post", stage_x, logits, s.c_out, spec_rows, s.t_out, kPostKernel, 1,
                (kPostKernel - 1) / 2, 1, 1, true);
     ctx.record("gen_post", logits, {spec_rows, s.t_out});
     stft.inverse_from_logits(logits, s.t_out, audio, ctx.stream);

@@ -341,12 +341,12 @@ void decoder_forward(const Context& ctx, const float* t_en, const int32_t* frame
 const float* generator_source(const Context& ctx, ops::Stft& stft, const float* f0, int F,
                               bool deterministic, const uint64_t* seed);
 int generator_spec_frames(const ModelConfig& cfg, int F);
-// iSTFTNet generator: x [upsample_initial_channel, 2F] and the source har
-// -> audio [source_upsampling() * 2F]. Each stage's source branch (noise
-// conv + noise AdaINResBlock1 on har) runs on `source_ctx` (its stream
-// holds har already), concurrently with ctx's work; ctx has waited for all
-// of them on return.
-void generator_forward(const Context& ctx, const Context& source_ctx, ops::Stft& stft,
-                       const float* x, const float* har, int F, float* audio);
+// iSTFTNet generator: x [upsample_initial_channel, 2F] (consumed: used as
+// scratch) and the source har -> audio [source_upsampling() * 2F]. The
+// stages' source branches (noise conv + noise AdaINResBlock1 on har) run on
+// `side` (whose stream holds har already) concurrently with ctx's work, but
+// in fp32 the last one on ctx; ctx has waited for side on return.
+void generator_forward(const Context& ctx, const Context& side, ops::Stft& stft, float* x,
+                       const float* har, int F, float* audio);
 
 }  // namespace kokoro
