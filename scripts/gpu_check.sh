@@ -4,7 +4,7 @@
 # isolation: the machine has no network), then, on the INSTALLED package,
 # print backend_info, run the GPU tests (engine, ops, backend selection, and
 # the golden parity tests), print the parity table in both precisions, and run
-# scripts/bench.py (against PyTorch when the official kokoro is importable).
+# scripts/bench.py --phases (against PyTorch when the official kokoro is importable).
 # Usage: scripts/gpu_check.sh [extra pytest arguments]
 set -euo pipefail
 export PYTHONUNBUFFERED=1
@@ -36,8 +36,9 @@ if [[ -f "$R/scripts/parity_table.py" ]]; then
 fi
 
 # Latency against PyTorch (when the official kokoro is importable) in both
-# precisions: the benchmark of the performance issue.
-bench=("$R/scripts/bench.py" --precision fp32,fast)
+# precisions, with the engine's per-phase breakdown: the benchmark of the
+# performance issue.
+bench=("$R/scripts/bench.py" --precision fp32,fast --phases)
 [[ -n "${OUT:-}" ]] && bench+=(--json "$OUT/bench.json" --md "$OUT/bench.md")
 python "${bench[@]}" || status=$?
 exit $status
