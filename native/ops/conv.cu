@@ -4,7 +4,8 @@
 // channel is a [Cout, Cin] matrix with row pitch K * Cin.
 //
 // Conv1d, dense, stride 1 (the generator, decoder and text encoder convs), in
-// fp32 mode: per-tap GEMMs, no im2col. Per time chunk of n outputs, taps
+// fp32 mode, where im2col would take more than one chunk: per-tap GEMMs, no
+// im2col (shorter ones run as the strided convs below). Per time chunk of n outputs, taps
 // grouped by alignment class r = (k * dil) mod 4: the input window with its
 // zero padding is copied once per class, shifted by r (win[ci, j] =
 // xpad[ci, t0 + r + j], row pitch a multiple of 4 floats), then each tap of
@@ -40,7 +41,8 @@
 // bits, no atomics). The epilogue adds bias and residual and stores y (fp32,
 // channels-first) directly.
 //
-// Conv1d, dense, strided (the noise convs): im2col into `scratch` with
+// Conv1d, dense, strided (the noise convs), and stride-1 convs whose im2col
+// fits one chunk (the F0/N stacks, short inputs): im2col into `scratch` with
 // tap-major rows (cols[k * Cin + ci, t] = xpad[ci, t * stride + k * dil], so
 // w is the [Cout, K * Cin] GEMM operand as stored), one GEMM per time chunk,
 // then the epilogue for bias and residual; a residual that is y itself folds
@@ -79,8 +81,12 @@ bool conv1d_uses_gemm(int Cin, int K, int groups) {
     return groups == 1 && Cin * K >= kMinGemmReduction;
 }
 bool conv1d_is_pointwise(int K, int stride, int pad) { return K == 1 && stride == 1 && pad == 0; }
-bool conv1d_uses_taps(int K, int stride, int pad) {
-    return stride == 1 && !conv1d_is_pointwise(K, stride, pad);
+// Per-tap GEMMs where im2col would need more than one chunk; shorter convs
+// take im2col + ONE GEMM (3 launches instead of a window copy per alignment
+// class and a GEMM per tap: these are latency bound).
+bool conv1d_uses_taps(int Cin, int K, int stride, int pad, int Tout) {
+    return stride == 1 && !conv1d_is_pointwise(K, stride, pad) &&
+           int64_t(Cin) * K * Tout > kIm2colChunkFloats;
 }
 int im2col_chunk_cols(int reduction) {
     return int(std::max<int64_t>(256, kIm2colChunkFloats / reduction));
@@ -753,7 +759,7 @@ int64_t conv1d_scratch_floats(int Cin, int Cout, int Tin, int K, int stride, int
     if (!conv1d_uses_gemm(Cin, K, groups) || conv1d_is_pointwise(K, stride, pad)) return 0;
     const int Tout = conv1d_out_len(Tin, K, stride, pad, dilation);
     if (Tout <= 0) return 0;
-    if (conv1d_uses_taps(K, stride, pad)) {
+    if (conv1d_uses_taps(Cin, K, stride, pad, Tout)) {
         const TapChunks chunks = tap_chunks(Cin, Cout, Tout, K, dilation);
         return int64_t(Cout) * chunks.n + int64_t(Cin) * chunks.ldx;
     }
@@ -776,7 +782,7 @@ void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* 
         KOKORO_CHECK_LAUNCH("conv1d_direct_kernel");
         return;
     }
-    if (conv1d_uses_taps(K, stride, pad)) {
+    if (conv1d_uses_taps(Cin, K, stride, pad, Tout)) {
         conv1d_taps(handle, x, w, b, y, Cin, Cout, Tin, Tout, K, pad, dilation, residual, scratch,
                     stream, math);
         return;

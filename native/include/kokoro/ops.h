@@ -146,9 +146,9 @@ void conv_weight_to_device_layout(const float* src, float* dst, int64_t A, int B
 // Conv1d: x [Cin, Tin] -> y [Cout, Tout], Tout = (Tin + 2 pad - dil (K - 1) - 1) / stride + 1.
 // w [Cout, K, Cin / groups]; b [Cout] or null. If `residual` is non-null,
 // y = conv(x) + residual (residual [Cout, Tout], may equal y). Dense stride-1
-// convs run as one GEMM per tap (chunked over time), dense strided ones as
-// im2col + one GEMM per chunk, both in the given GemmMath; grouped and tiny
-// ones as a direct fp32 kernel.
+// convs whose im2col exceeds one chunk run as one GEMM per tap (chunked over
+// time), other dense ones as im2col + one GEMM per chunk, both in the given
+// GemmMath; grouped and tiny ones as a direct fp32 kernel.
 void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* b, float* y,
             int Cin, int Cout, int Tin, int K, int stride, int pad, int dilation, int groups,
             const float* residual, float* scratch, cudaStream_t stream,
