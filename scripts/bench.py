@@ -595,9 +595,11 @@ def render_text(rows: list[Row]) -> str:
 def render_markdown(rows: list[Row], meta: dict[str, Any]) -> str:
     head = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
     body = "".join("| " + " | ".join(table_cells(r)) + " |\n" for r in rows)
-    facts = "".join(f"- {k}: {v}\n" for k, v in meta.items() if k != "lstm")
+    facts = "".join(f"- {k}: {v}\n" for k, v in meta.items() if k not in ("lstm", "phases"))
     for probe in meta.get("lstm") or []:
         facts += f"- lstm_bidirectional H={probe['hidden']}: {probe['us_per_step']:.2f} us per step\n"
+    if meta.get("phases"):
+        facts += f"\n```\n{render_phases(meta['phases'])}\n```\n"
     return f"# kokoro_gpu benchmark\n\n{head}{body}\n{facts}"
 
 

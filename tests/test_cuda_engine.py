@@ -286,6 +286,37 @@ def test_graph_replay_is_bit_identical(
     assert replay_a.tobytes() != replay_b.tobytes()
 
 
+def test_phase_timing_marks_in_order_audio_unchanged(config: ModelConfig, fast: CUDABackend) -> None:
+    engine = fast._engine
+    ids, ref_s = random_inputs(config, 41, seed=23)
+    want, _ = fast.forward(ids, ref_s, 1.0, deterministic=True, seed=None)
+    engine.set_phase_timing(True)
+    try:
+        for _ in range(3):  # uncaptured, captured, replayed: the marks come from each
+            audio, _ = fast.forward(ids, ref_s, 1.0, deterministic=True, seed=None)
+            assert audio.tobytes() == want.tobytes()
+            marks = engine.phase_times()
+            names = [name for name, _ in marks]
+            times = [ms for _, ms in marks]
+            assert marks[0] == ("start", 0.0)
+            assert times == sorted(times) and times[-1] > 0.0
+            assert names[-1] == "conv_post, iSTFT"  # the main stream waits for the side stream first
+            for earlier, later in [
+                ("style projections, ALBERT", "duration head"),
+                ("duration head", "durations read back"),
+                ("F0 || N stacks", "harmonic source, STFT (side stream)"),
+                ("harmonic source, STFT (side stream)", "source branch 0 (side stream)"),
+                ("source branch 0 (side stream)", "generator stage 0"),
+                ("source branch 1 (side stream)", "generator stage 1"),
+                ("decoder", "generator stage 0"),
+            ]:
+                assert names.index(earlier) < names.index(later), (earlier, later, marks)
+    finally:
+        engine.set_phase_timing(False)
+    audio, _ = fast.forward(ids, ref_s, 1.0, deterministic=True, seed=None)
+    assert audio.tobytes() == want.tobytes()
+
+
 @pytest.mark.parametrize("deterministic", [True, False])
 def test_forward_batch_equals_one_by_one(config: ModelConfig, fast: CUDABackend, deterministic: bool) -> None:
     sizes = [5, 140, 33, 300, 33, 77, 12, 210, 64]
