@@ -79,6 +79,8 @@ SAMPLES_PER_FRAME = 600
 PHONEME_SEED = 1234
 KOKORO_REPO_ID = "hexgrad/Kokoro-82M"
 PEAK_MATMUL_N = 8192
+# Phase breakdowns by precision and case: [(mark, median ms since the start)] in time order.
+Phases = dict[str, dict[str, list[tuple[str, float]]]]
 
 
 # ------------------------------------------------------------------- inputs
@@ -329,7 +331,7 @@ def run_ours(
     utterances: list[Utterance],
     precision: str,
     torch: Any | None,
-    phases: dict[str, dict[str, list[tuple[str, float]]]],
+    phases: Phases,
 ) -> list[Row]:
     used0 = device_used_bytes(torch) if args.device == "cuda" else None
     backend = backends.create_backend(args.device, config, weights, precision)
@@ -378,7 +380,7 @@ def phase_breakdown(
     return sorted(marks, key=lambda m: m[1])
 
 
-def render_phases(phases: Mapping[str, Mapping[str, list[tuple[str, float]]]]) -> str:
+def render_phases(phases: Phases) -> str:
     """One block per precision and case: each mark's median ms since the start and since the previous mark."""
     lines = []
     for precision, cases in phases.items():
@@ -682,7 +684,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.lstm and args.device == "cuda":
         meta["lstm"] = lstm_probe(args)
     rows: list[Row] = []
-    phases: dict[str, dict[str, list[tuple[str, float]]]] = {}
+    phases: Phases = {}
     for precision in args.precision:
         try:
             rows.extend(run_ours(args, config, weights, utterances, precision, torch, phases))

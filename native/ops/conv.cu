@@ -5,11 +5,11 @@
 //
 // Conv1d, dense, stride 1 (the generator, decoder and text encoder convs), in
 // fp32 mode, where im2col would take more than one chunk: per-tap GEMMs, no
-// im2col (shorter ones run as the strided convs below). Per time chunk of n outputs, taps
-// grouped by alignment class r = (k * dil) mod 4: the input window with its
-// zero padding is copied once per class, shifted by r (win[ci, j] =
-// xpad[ci, t0 + r + j], row pitch a multiple of 4 floats), then each tap of
-// the class, k * dil = 4q + r, is one GEMM
+// im2col (shorter ones run as the strided convs below). Per time chunk of n
+// outputs, taps grouped by alignment class r = (k * dil) mod 4: the input
+// window with its zero padding is copied once per class, shifted by r
+// (win[ci, j] = xpad[ci, t0 + r + j], row pitch a multiple of 4 floats), then
+// each tap of the class, k * dil = 4q + r, is one GEMM
 //   acc[Cout, n] (+)= w_k[Cout, Cin] @ win[:, 4q : 4q + n]
 // (beta 0 for the first tap, 1 after). Every base and pitch is then 16-byte
 // aligned where Cin % 4 == 0, so cuBLAS can pick its Hopper kernels. Chunks

@@ -194,9 +194,10 @@ private:
 };
 
 // Timing events at the boundaries of the model's phases, by name: the
-// benchmark's wall-clock breakdown of a forward pass. record() is an
-// external event record (cudaEventRecordExternal), so a graph captured with
-// marks replays them; events are created on a name's first record.
+// benchmark's wall-clock breakdown of a forward pass. Under stream capture
+// record() adds an external event record node (cudaEventRecordExternal), so
+// a replayed graph records its marks too; events are created on a name's
+// first record.
 class PhaseMarks {
 public:
     PhaseMarks() = default;
