@@ -126,27 +126,41 @@ FloatArray relaid_conv_weight(const FloatArray& w) {
 
 DFloat conv_weight(const FloatArray& w) { return DFloat::from(relaid_conv_weight(w)); }
 
-// The same weight as the tensor-core conv's FP16 [A, K, half_rows_pitch(B)].
-DeviceArray<__half> conv_weight_half(const FloatArray& w) {
+// The same weight as the tensor-core conv's FP16 [A, K, half_rows_pitch(B)]
+// (per part of `form`), with its w_scale.
+struct HalfWeight {
+    DeviceArray<__half> w;
+    float scale;
+};
+HalfWeight conv_weight_half(const FloatArray& w, ops::HalfOperands form) {
     const int A = dim(w, 0), B = dim(w, 1), K = dim(w, 2);
-    std::vector<__half> host(size_t(A) * K * ops::half_rows_pitch(B));
-    ops::conv_weight_to_half_rows(relaid_conv_weight(w).data(), host.data(), A, K, B);
+    std::vector<__half> host(size_t(ops::half_parts(form)) * A * K * ops::half_rows_pitch(B));
+    const float scale =
+        ops::conv_weight_to_half_rows(relaid_conv_weight(w).data(), host.data(), A, K, B, form);
     DeviceArray<__half> d(int64_t(host.size()));
     KOKORO_CUDA_CHECK(cudaMemcpy(d.get(), host.data(), host.size() * sizeof(__half),
                                  cudaMemcpyHostToDevice));
-    return d;
+    return {std::move(d), scale};
 }
 
-// Half rows [T, ld] downloaded as float32 (every FP16 value is exact in it).
-py::array_t<float> download_half_rows(const DeviceArray<__half>& rows, int T, int ld) {
+// Half rows [T, ld] ([2, T, ld]: hi, lo when split) downloaded as float32
+// (every FP16 value is exact in it).
+py::array_t<float> download_half_rows(const DeviceArray<__half>& rows, int T, int ld,
+                                      ops::HalfOperands form) {
     KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream()));
-    std::vector<__half> host(size_t(T) * ld);
+    const int parts = ops::half_parts(form);
+    std::vector<__half> host(size_t(parts) * T * ld);
     KOKORO_CUDA_CHECK(cudaMemcpy(host.data(), rows.get(), host.size() * sizeof(__half),
                                  cudaMemcpyDeviceToHost));
-    py::array_t<float> out({T, ld});
+    py::array_t<float> out = parts == 1 ? py::array_t<float>({T, ld})
+                                        : py::array_t<float>({parts, T, ld});
     float* o = out.mutable_data();
     for (size_t i = 0; i < host.size(); ++i) o[i] = __half2float(host[i]);
     return out;
+}
+
+ops::HalfOperands half_form(bool split) {
+    return split ? ops::HalfOperands::kSplit : ops::HalfOperands::kRounded;
 }
 
 // ---------------------------------------------------------------- linear
@@ -312,7 +326,8 @@ py::array_t<float> layer_norm(const FloatArray& x, bool channels_first, const Op
 }
 
 py::array_t<float> adain(const FloatArray& x, const FloatArray& style, const std::string& act,
-                         float slope, const OptionalFloat& alpha, bool in_place, bool half_rows) {
+                         float slope, const OptionalFloat& alpha, bool in_place, bool half_rows,
+                         bool split) {
     require_ndim(x, 2, "x");
     const int C = dim(x, 0), T = dim(x, 1);
     require(int(style.size()) == 2 * C, "adain: style must hold 2C values");
@@ -330,47 +345,64 @@ py::array_t<float> adain(const FloatArray& x, const FloatArray& style, const std
     DeviceArray<double> scratch(ops::adain_scratch_doubles(C, T));
     if (half_rows) {
         const int ld = ops::half_rows_pitch(C);
-        auto rows = DeviceArray<__half>::poisoned(int64_t(T) * ld);
+        const ops::HalfOperands form = half_form(split);
+        auto rows = DeviceArray<__half>::poisoned(int64_t(ops::half_parts(form)) * T * ld);
         ops::adain_half_rows(dx.get(), rows.get(), C, T, ds.get(), activation, slope, da.get(),
-                             scratch.get(), stream());
-        return download_half_rows(rows, T, ld);
+                             form, scratch.get(), stream());
+        return download_half_rows(rows, T, ld, form);
     }
+    require(!split, "adain: split applies to half_rows only");
     DFloat y = DFloat::poisoned(in_place ? 0 : int64_t(x.size()));
     float* out = in_place ? dx.get() : y.get();
     ops::adain(dx.get(), out, C, T, ds.get(), activation, slope, da.get(), scratch.get(), stream());
     return (in_place ? dx : y).download({C, T});
 }
 
-// x [C, T] as half rows [T, half_rows_pitch(C)], downloaded as float32.
-py::array_t<float> to_half_rows(const FloatArray& x) {
+// x [C, T] as half rows [T, half_rows_pitch(C)] ([2, T, ld] when split),
+// downloaded as float32.
+py::array_t<float> to_half_rows(const FloatArray& x, bool split) {
     require_ndim(x, 2, "x");
     const int C = dim(x, 0), T = dim(x, 1), ld = ops::half_rows_pitch(C);
+    const ops::HalfOperands form = half_form(split);
     DFloat dx = DFloat::from(x);
-    auto rows = DeviceArray<__half>::poisoned(int64_t(T) * ld);
-    ops::to_half_rows(dx.get(), rows.get(), C, T, stream());
-    return download_half_rows(rows, T, ld);
+    auto rows = DeviceArray<__half>::poisoned(int64_t(ops::half_parts(form)) * T * ld);
+    ops::to_half_rows(dx.get(), rows.get(), C, T, form, stream());
+    return download_half_rows(rows, T, ld, form);
 }
 
 // ------------------------------------------------------------------ conv
-// "fp32" / "tf32": ops::conv1d in that GemmMath; "fp16": the tensor-core
-// conv1d_half_rows (x converted by to_half_rows first) with its best kernel
-// here, "fp16_mma_sync" with its mma.sync kernel.
-bool is_fp16(const std::string& math) { return math == "fp16" || math == "fp16_mma_sync"; }
-ops::HalfConvKernel half_conv_kernel(const std::string& math) {
-    return math == "fp16_mma_sync" ? ops::HalfConvKernel::kMmaSync : ops::HalfConvKernel::kBest;
+// "fp32" / "tf32": ops::conv1d in that GemmMath; "fp16" / "fp16x3": the
+// tensor-core conv1d_half_rows on rounded / split operands (x converted by
+// to_half_rows first) with its best kernel here; the suffix "_mma_sync"
+// forces its mma.sync kernel.
+struct HalfMath {
+    ops::HalfOperands form;
+    ops::HalfConvKernel kernel;
+};
+std::optional<HalfMath> half_math(const std::string& math) {
+    const std::string suffix = "_mma_sync";
+    const bool mma_sync = math.size() > suffix.size() &&
+                          math.compare(math.size() - suffix.size(), suffix.size(), suffix) == 0;
+    const std::string base = mma_sync ? math.substr(0, math.size() - suffix.size()) : math;
+    const ops::HalfConvKernel kernel =
+        mma_sync ? ops::HalfConvKernel::kMmaSync : ops::HalfConvKernel::kBest;
+    if (base == "fp16") return HalfMath{ops::HalfOperands::kRounded, kernel};
+    if (base == "fp16x3") return HalfMath{ops::HalfOperands::kSplit, kernel};
+    return std::nullopt;
 }
 ops::GemmMath gemm_math(const std::string& math) {
     if (math == "fp32") return ops::GemmMath::kFp32;
-    require(math == "tf32", "unknown math " + math + " (fp32, tf32, fp16 or fp16_mma_sync)");
+    require(math == "tf32", "unknown math " + math +
+                                " (fp32, tf32, fp16, fp16x3, fp16_mma_sync or fp16x3_mma_sync)");
     return ops::GemmMath::kTf32;
 }
 
-// The input of the fp16 path: x uploaded and converted to half rows.
-DeviceArray<__half> half_rows_input(const FloatArray& x) {
+// The input of the fp16 paths: x uploaded and converted to half rows.
+DeviceArray<__half> half_rows_input(const FloatArray& x, ops::HalfOperands form) {
     const int C = dim(x, 0), T = dim(x, 1);
     DFloat dx = DFloat::from(x);
-    DeviceArray<__half> rows(int64_t(T) * ops::half_rows_pitch(C));
-    ops::to_half_rows(dx.get(), rows.get(), C, T, stream());
+    DeviceArray<__half> rows(int64_t(ops::half_parts(form)) * T * ops::half_rows_pitch(C));
+    ops::to_half_rows(dx.get(), rows.get(), C, T, form, stream());
     KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream()));  // before dx goes
     return rows;
 }
@@ -390,12 +422,15 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
     DFloat y = res_into_y ? DFloat::from(*residual) : DFloat::poisoned(int64_t(Cout) * Tout);
     OptionalDevice dres(res_into_y ? OptionalFloat() : residual);
     const float* res_ptr = res_into_y ? y.get() : dres.get();
-    if (is_fp16(math)) {
+    if (const std::optional<HalfMath> hm = half_math(math)) {
         require(stride == 1 && groups == 1 && K >= 2, "conv1d fp16: dense, stride 1, K >= 2 only");
-        const DeviceArray<__half> rows = half_rows_input(x), dw = conv_weight_half(w);
-        DFloat scratch(ops::conv1d_half_rows_scratch_floats(Cin, Cout, Tin, K, pad, dilation));
-        ops::conv1d_half_rows(rows.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K, pad,
-                              dilation, res_ptr, scratch.get(), stream(), half_conv_kernel(math));
+        const DeviceArray<__half> rows = half_rows_input(x, hm->form);
+        const HalfWeight dw = conv_weight_half(w, hm->form);
+        DFloat scratch(
+            ops::conv1d_half_rows_scratch_floats(Cin, Cout, Tin, K, pad, dilation, hm->form));
+        ops::conv1d_half_rows(rows.get(), dw.w.get(), dw.scale, db.get(), y.get(), Cin, Cout, Tin,
+                              K, pad, dilation, res_ptr, hm->form, scratch.get(), stream(),
+                              hm->kernel);
         return y.download({Cout, Tout});
     }
     DFloat dx = DFloat::from(x), dw = conv_weight(w);
@@ -441,15 +476,17 @@ double conv1d_time_ms(const FloatArray& x, const FloatArray& w, const FloatArray
     require(Tout > 0, "conv1d_time_ms: input too short");
     DFloat db = DFloat::from(b);
     DFloat y = DFloat::poisoned(int64_t(Cout) * Tout);
-    if (is_fp16(math)) {
+    if (const std::optional<HalfMath> hm = half_math(math)) {
         require(K >= 2, "conv1d_time_ms fp16: K >= 2 only");
-        const DeviceArray<__half> rows = half_rows_input(x), dw = conv_weight_half(w);
-        DFloat scratch(ops::conv1d_half_rows_scratch_floats(Cin, Cout, Tin, K, pad, dilation));
+        const DeviceArray<__half> rows = half_rows_input(x, hm->form);
+        const HalfWeight dw = conv_weight_half(w, hm->form);
+        DFloat scratch(
+            ops::conv1d_half_rows_scratch_floats(Cin, Cout, Tin, K, pad, dilation, hm->form));
         return time_ms(
             [&] {
-                ops::conv1d_half_rows(rows.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K,
-                                      pad, dilation, nullptr, scratch.get(), stream(),
-                                      half_conv_kernel(math));
+                ops::conv1d_half_rows(rows.get(), dw.w.get(), dw.scale, db.get(), y.get(), Cin,
+                                      Cout, Tin, K, pad, dilation, nullptr, hm->form,
+                                      scratch.get(), stream(), hm->kernel);
             },
             repeats);
     }
@@ -586,8 +623,8 @@ void register_ops(py::module_& m) {
           "beta"_a = py::none(), "style_gamma"_a = py::none(), "style_beta"_a = py::none(),
           "eps"_a = 1e-5f, "in_place"_a = false, "x_bias"_a = py::none());
     o.def("adain", &adain, "x"_a, "style"_a, "act"_a = "none", "slope"_a = 0.2f,
-          "alpha"_a = py::none(), "in_place"_a = false, "half_rows"_a = false);
-    o.def("to_half_rows", &to_half_rows, "x"_a);
+          "alpha"_a = py::none(), "in_place"_a = false, "half_rows"_a = false, "split"_a = false);
+    o.def("to_half_rows", &to_half_rows, "x"_a, "split"_a = false);
     o.def("conv1d", &conv1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1, "pad"_a = 0,
           "dilation"_a = 1, "groups"_a = 1, "residual"_a = py::none(),
           "residual_in_place"_a = false, "math"_a = "fp32");

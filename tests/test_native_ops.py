@@ -420,6 +420,35 @@ def test_conv1d_fp16(rng: np.random.Generator, case: tuple[int, ...], math_name:
         )
 
 
+@pytest.mark.parametrize("math_name", ["fp16x3", "fp16x3_mma_sync"])
+@pytest.mark.parametrize("case", FAST_CONV1D_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_conv1d_fp16x3(rng: np.random.Generator, case: tuple[int, ...], math_name: str) -> None:
+    """Split operands (precision "fp32" on the tensor cores): the float32 conv's tolerance
+    against the exact float64 conv, where the rounded FP16 operands miss it by ~3e-4."""
+    c_in, c_out, t_in, k, pad, dilation = case
+    x = f32(rng.standard_normal((c_in, t_in)))
+    w = f32(rng.standard_normal((c_out, c_in, k)) / math.sqrt(c_in * k))
+    b = f32(rng.standard_normal(c_out))
+    want = ref.conv1d(f64(x), f64(w), f64(b), 1, pad, dilation, 1)
+    tol = reduction_tol(c_in * k)
+    check(f"conv1d {math_name} {case}", gpu.conv1d(x, w, b, 1, pad, dilation, math=math_name), want, tol)
+    residual = f32(rng.standard_normal(want.shape))
+    got = gpu.conv1d(x, w, b, 1, pad, dilation, 1, residual, True, math_name)
+    check(f"conv1d {math_name} + residual in place {case}", got, want + f64(residual), tol)
+
+
+def test_conv1d_fp16x3_keeps_small_weights() -> None:
+    """Weights far below FP16's normal range (1e-6) keep their significant bits: the
+    stored weight is scaled by a power of two that the conv undoes."""
+    rng = np.random.default_rng(7)
+    x = f32(rng.standard_normal((64, 300)))
+    w = f32(rng.standard_normal((40, 64, 3)) * 1e-6)
+    want = ref.conv1d(f64(x), f64(w), None, 1, 1, 1, 1)
+    for math_name in ("fp16x3", "fp16"):
+        tol = SHORT_REDUCTION_TOL if math_name == "fp16x3" else HALF_OPERAND_TOL
+        check(f"conv1d {math_name} tiny weights", gpu.conv1d(x, w, None, 1, 1, math=math_name), want, tol)
+
+
 @pytest.mark.parametrize(
     "case",
     FAST_CONV1D_CASES[:3] + FAST_CONV1D_CASES[-4:-2] + [(130, 65, 77, 1, 0, 1)],
@@ -450,6 +479,21 @@ def test_to_half_rows(rng: np.random.Generator, shape: tuple[int, int]) -> None:
     assert np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("shape", [(70, 37), (1090, 5)])
+def test_to_half_rows_split(rng: np.random.Generator, shape: tuple[int, int]) -> None:
+    """Exact: hi is x rounded to FP16, lo the FP16 rounding of x - hi."""
+    c, t_len = shape
+    x = f32(rng.standard_normal(shape) * np.exp(rng.uniform(-8, 4, shape)))
+    got = gpu.to_half_rows(x, split=True)
+    ld = (c + 7) // 8 * 8
+    assert got.shape == (2, t_len, ld)
+    hi, lo = got
+    assert np.array_equal(hi[:, :c], round_half(x.T)) and np.all(hi[:, c:] == 0)
+    assert np.array_equal(lo[:, :c], round_half(x.T.astype(np.float64) - hi[:, :c]))
+    assert np.all(lo[:, c:] == 0)
+    check(f"to_half_rows split {shape}: hi + lo", (hi + lo)[:, :c].T, f64(x), 2.0**-21)
+
+
 @pytest.mark.parametrize("act", ["leaky_relu", "snake"])
 @pytest.mark.parametrize("shape", [(70, 37), (256, 5003), (1090, 41)])
 def test_adain_half_rows(rng: np.random.Generator, shape: tuple[int, int], act: str) -> None:
@@ -468,6 +512,12 @@ def test_adain_half_rows(rng: np.random.Generator, shape: tuple[int, int], act: 
     fp32 = gpu.adain(x, style, act, 0.2, alpha if act == "snake" else None)
     step = np.spacing(np.abs(round_half(fp32.T)).astype(np.float16)).astype(np.float64)
     assert np.all(np.abs(got[:, :c] - round_half(fp32.T)) <= step)
+    # Split: hi + lo holds the value to float32 accuracy, hi the same rounding.
+    split = gpu.adain(x, style, act, 0.2, alpha if act == "snake" else None, half_rows=True, split=True)
+    assert split.shape == (2, t_len, ld) and np.all(split[:, :, c:] == 0)
+    assert np.array_equal(split[0], got)
+    hi_lo = (split[0] + split[1])[:, :c].T
+    check(f"adain half rows split {act} {shape}: hi + lo", hi_lo, want, reduction_tol(t_len))
 
 
 # (Cin, Cout, Tin, K, stride, pad, output_padding, groups)

@@ -8,9 +8,10 @@
 //   concatenated so one GEMV per half computes every AdaIN style vector;
 //   each attention's query, key and value linears are stacked into one,
 //   "<attention>.qkv", so ALBERT projects all three in one GEMM.
-//   For precision "fast", the conv weights that only the tensor-core convs
-//   read (DeviceWeights::half_only) go instead, as FP16 with the last axis
-//   padded to 8 (ops::conv_weight_to_half_rows), into a second arena.
+//   The conv weights that the tensor-core convs read (DeviceWeights::
+//   half_only) go instead, as FP16 with the last axis padded to 8
+//   (ops::conv_weight_to_half_rows: rounded for precision "fast", split
+//   into hi and lo parts for "fp32"), into a second arena.
 // - Workspace: named buffers reused across calls; a buffer grows only when a
 //   longer input needs more (the old one is freed after the lane drains).
 // - Lane: two streams with their cuBLAS handles and events, a workspace and
@@ -124,7 +125,8 @@ bool DeviceWeights::half_only(const std::string& name, int c_in) {
            name.find(".ups.") == std::string::npos;
 }
 
-DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, bool fast) {
+DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOperands form)
+    : half_form_(form) {
     // Lay out every device tensor as (offset, pieces copied from the host);
     // derived tensors (folded LSTM biases, relaid conv weights) are built in
     // `owned` first.
@@ -172,12 +174,15 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, bool fast) 
                 owned.emplace_back(static_cast<size_t>(tensor.numel()));
                 ops::conv_weight_to_device_layout(tensor.data, owned.back().data(), A, B, K);
                 src = owned.back().data();
-                if (fast && half_only(name, B)) {
+                if (half_only(name, B)) {
                     const int64_t n = A * K * ops::half_rows_pitch(B);
-                    half_offsets[name] = halves.size();
-                    half_entries_[name] = {nullptr, n};
-                    halves.resize(round_up(halves.size() + size_t(n), kArenaAlignFloats * 2));
-                    ops::conv_weight_to_half_rows(src, halves.data() + half_offsets[name], A, K, B);
+                    const size_t at = halves.size();
+                    half_offsets[name] = at;
+                    halves.resize(round_up(at + size_t(n * ops::half_parts(form)),
+                                           kArenaAlignFloats * 2));
+                    const float scale =
+                        ops::conv_weight_to_half_rows(src, halves.data() + at, A, K, B, form);
+                    half_entries_[name] = {nullptr, n, scale};
                     continue;  // no fp32 copy
                 }
             }
@@ -314,8 +319,8 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, bool fast) 
 const float* DeviceWeights::get(const std::string& name, int64_t numel) const {
     auto it = entries_.find(name);
     if (it == entries_.end()) {
-        throw WeightsError(half_entries_.count(name) != 0
-                               ? "tensor '" + name + "' is kept as FP16 only in precision \"fast\""
+        throw WeightsError(has_half(name)
+                               ? "tensor '" + name + "' is kept as FP16 only (a tensor-core conv's)"
                                : "the weights lack tensor '" + name + "'");
     }
     if (it->second.numel != numel) {
@@ -325,17 +330,17 @@ const float* DeviceWeights::get(const std::string& name, int64_t numel) const {
     return it->second.ptr;
 }
 
-const __half* DeviceWeights::get_half(const std::string& name, int64_t numel) const {
+DeviceWeights::HalfConv DeviceWeights::get_half(const std::string& name, int64_t numel) const {
     auto it = half_entries_.find(name);
     if (it == half_entries_.end()) {
-        throw WeightsError("no FP16 copy of tensor '" + name + "' (precision \"fast\" only)");
+        throw WeightsError("no FP16 copy of tensor '" + name + "' (not a tensor-core conv's)");
     }
     if (it->second.numel != numel) {
         throw WeightsError("the FP16 copy of '" + name + "' holds " +
                            std::to_string(it->second.numel) + " values; the model needs " +
                            std::to_string(numel));
     }
-    return it->second.ptr;
+    return {it->second.ptr, it->second.scale, half_form_};
 }
 
 DeviceWeights::Lstm DeviceWeights::lstm(const std::string& prefix) const {
@@ -460,10 +465,12 @@ void Context::conv1d(const std::string& prefix, const float* x, float* y, int c_
                      const float* residual) const {
     const int64_t numel = int64_t(c_out) * (c_in / groups) * kernel;
     const float* b = bias ? weights.get(prefix + ".bias", c_out) : nullptr;
-    if (fast && groups == 1 && stride == 1 && kernel >= 2) {
-        __half* rows = halves("ops.half_rows", int64_t(t_in) * ops::half_rows_pitch(c_in));
-        ops::to_half_rows(x, rows, c_in, t_in, stream);
-        conv1d_half_rows(prefix, rows, y, c_in, c_out, t_in, kernel, pad, dilation, b, residual);
+    if (groups == 1 && stride == 1 && weights.has_half(prefix + ".weight")) {
+        const DeviceWeights::HalfConv w = weights.get_half(
+            prefix + ".weight", int64_t(c_out) * kernel * ops::half_rows_pitch(c_in));
+        __half* rows = half_rows(c_in, t_in, w.form);
+        ops::to_half_rows(x, rows, c_in, t_in, w.form, stream);
+        conv1d_half_rows(w, rows, y, c_in, c_out, t_in, kernel, pad, dilation, b, residual);
         return;
     }
     const float* w = weights.get(prefix + ".weight", numel);
@@ -479,30 +486,31 @@ void Context::adain_conv1d(const float* x, float* y, int c_in, int c_out, int T,
                            const float* alpha, const std::string& conv_prefix, int kernel,
                            int dilation, const float* residual) const {
     const int pad = dilation * (kernel - 1) / 2;
-    if (!fast || kernel < 2) {
+    const std::string weight = conv_prefix + ".weight";
+    if (!weights.has_half(weight)) {
         float* activated = floats("ops.activated", int64_t(c_in) * T);
         adain(x, activated, c_in, T, fc_prefix, act, slope, alpha);
         conv1d(conv_prefix, activated, y, c_in, c_out, T, kernel, 1, pad, dilation, 1, true,
                residual);
         return;
     }
-    __half* rows = halves("ops.half_rows", int64_t(T) * ops::half_rows_pitch(c_in));
-    ops::adain_half_rows(x, rows, c_in, T, style(fc_prefix, c_in), act, slope, alpha,
+    const DeviceWeights::HalfConv w =
+        weights.get_half(weight, int64_t(c_out) * kernel * ops::half_rows_pitch(c_in));
+    __half* rows = half_rows(c_in, T, w.form);
+    ops::adain_half_rows(x, rows, c_in, T, style(fc_prefix, c_in), act, slope, alpha, w.form,
                          adain_partials(c_in, T), stream);
-    conv1d_half_rows(conv_prefix, rows, y, c_in, c_out, T, kernel, pad, dilation,
+    conv1d_half_rows(w, rows, y, c_in, c_out, T, kernel, pad, dilation,
                      weights.get(conv_prefix + ".bias", c_out), residual);
 }
 
-void Context::conv1d_half_rows(const std::string& prefix, const __half* rows, float* y, int c_in,
-                               int c_out, int t_in, int kernel, int pad, int dilation,
+void Context::conv1d_half_rows(const DeviceWeights::HalfConv& w, const __half* rows, float* y,
+                               int c_in, int c_out, int t_in, int kernel, int pad, int dilation,
                                const float* b, const float* residual) const {
-    const __half* w =
-        weights.get_half(prefix + ".weight", int64_t(c_out) * kernel * ops::half_rows_pitch(c_in));
     const int64_t scratch_floats =
-        ops::conv1d_half_rows_scratch_floats(c_in, c_out, t_in, kernel, pad, dilation);
+        ops::conv1d_half_rows_scratch_floats(c_in, c_out, t_in, kernel, pad, dilation, w.form);
     float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
-    ops::conv1d_half_rows(rows, w, b, y, c_in, c_out, t_in, kernel, pad, dilation, residual,
-                          scratch, stream);
+    ops::conv1d_half_rows(rows, w.w, w.scale, b, y, c_in, c_out, t_in, kernel, pad, dilation,
+                          residual, w.form, scratch, stream);
 }
 
 void Context::conv_transpose1d(const std::string& prefix, const float* x, float* y, int c_in,
@@ -856,8 +864,9 @@ Engine::Engine(const ModelConfig& config, const HostWeights& weights, int device
     : cfg_(config), device_(device), precision_(precision) {
     KOKORO_CUDA_CHECK(cudaSetDevice(device_));
     check_architecture(device_);
-    weights_ = std::make_unique<DeviceWeights>(weights, cfg_.style_dim,
-                                               precision_ == Precision::kFast);
+    weights_ = std::make_unique<DeviceWeights>(
+        weights, cfg_.style_dim,
+        precision_ == Precision::kFast ? ops::HalfOperands::kRounded : ops::HalfOperands::kSplit);
     lane(0);
 }
 

@@ -38,8 +38,12 @@
 // that leaves SMs idle (short inputs, the decoder's 1090-channel convs on few
 // frames), the reduction chunks are split over blocks that write partial
 // sums to `scratch`, added in a fixed order by a second kernel (repeatable
-// bits, no atomics). The epilogue adds bias and residual and stores y (fp32,
-// channels-first) directly.
+// bits, no atomics). The epilogue scales the sums (the FP16 weights are
+// stored times a power of two, see conv_weight_to_half_rows), adds bias and
+// residual and stores y (fp32, channels-first) directly. Split operands
+// (precision "fp32", ops.h HalfOperands) need no other kernel: the reduction
+// walks three chunks per 64 channels, x_hi w_hi, x_hi w_lo and x_lo w_hi,
+// into the same accumulators (three times the MMAs, float32-level sums).
 //
 // Conv1d, dense, strided (the noise convs), and stride-1 convs whose im2col
 // fits one chunk (the F0/N stacks, short inputs): im2col into `scratch` with
@@ -57,6 +61,7 @@
 // run as a direct kernel, one thread per output element, in fp32 whatever
 // the GemmMath (it applies to the GEMMs only).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include <string>
@@ -260,20 +265,51 @@ constexpr int kPitch = kBK + 8;    // halves per padded shared row: 144 bytes, l
 constexpr int kStages = 3;         // weight tiles in flight
 constexpr int kCoutTile = 128;     // output channels per block
 
-// The arguments of both kernels: y[co, t] = sum_{k, ci} w[co, k, ci]
-// x[t + k * dil - pad, ci] (+ b[co]) (+ residual[co, t]); x: half rows [Tin,
-// ld], w: [Cout, K, ld] FP16; residual may equal y. grid (time tiles, Cout
+// The arguments of both kernels: y[co, t] = w_scale * sum_{k, ci} w[co, k,
+// ci] x[t + k * dil - pad, ci] (+ b[co]) (+ residual[co, t]); x: half rows
+// [Tin, ld], w: [Cout, K, ld] FP16; residual may equal y. Split operands:
+// x_lo and w_lo hold the lo parts (null when rounded). grid (time tiles, Cout
 // tiles, splits): split z sums reduction chunks [z * chunks_per_split, (z +
 // 1) * chunks_per_split); with more than one split each writes its sum to
 // partial[z] ([Cout, Tout]) and split_sum_kernel finishes.
 struct ConvArgs {
     const __half* x;
+    const __half* x_lo;
     const __half* w;
+    const __half* w_lo;
     const float* b;
     const float* residual;
     float* y;
     float* partial;  // null: one split
+    float w_scale;
     int ld, Cout, Tin, Tout, K, pad, dilation, chunks_per_split;
+};
+
+// Reduction chunks: 64 channels of one product of operand parts each; split
+// operands take three per 64 channels.
+__host__ __device__ int reduction_chunks(int ld, bool split) {
+    return (split ? 3 : 1) * ((ld + kBK - 1) / kBK);
+}
+
+// Reduction chunk c: the operands it multiplies and its first channel.
+// Split: chunks 3 j, 3 j + 1, 3 j + 2 are x_hi w_hi, x_hi w_lo, x_lo w_hi
+// over channels 64 j .. 64 j + 63 (x_lo w_lo, ~2^-22 relative, is left out).
+struct Chunk {
+    const __half* x;
+    const __half* w;
+    int ci0;
+    __device__ Chunk(const ConvArgs& a, int c) {
+        if (a.x_lo == nullptr) {
+            x = a.x;
+            w = a.w;
+            ci0 = c * kBK;
+        } else {
+            const int part = c % 3;
+            x = part == 2 ? a.x_lo : a.x;
+            w = part == 1 ? a.w_lo : a.w;
+            ci0 = c / 3 * kBK;
+        }
+    }
 };
 
 __device__ uint32_t smem_addr(const void* p) {
@@ -297,34 +333,37 @@ __device__ void ldmatrix_x4(uint32_t (&r)[4], const __half* p) {
                  : "r"(smem_addr(p)));
 }
 
-// Input rows first .. first + rows - 1, channels ci0 .. ci0 + 63, into
-// padded shared rows; zero outside [0, Tin) and past ld. kThreads: the
-// block's (a compile-time stride lets the copy loops unroll).
+// Input rows first .. first + rows - 1 of chunk c's channels into padded
+// shared rows; zero outside [0, Tin) and past ld. kThreads: the block's (a
+// compile-time stride lets the copy loops unroll).
 template <int kThreads>
-__device__ void load_window(__half* dst, const ConvArgs& a, int first, int rows, int ci0) {
+__device__ void load_window(__half* dst, const ConvArgs& a, int first, int rows, int c) {
+    const Chunk chunk(a, c);
     for (int v = threadIdx.x; v < rows * kPieces; v += kThreads) {
         const int r = v / kPieces, col = v % kPieces * 8;
-        const int src = first + r, ci = ci0 + col;
+        const int src = first + r, ci = chunk.ci0 + col;
         const bool valid = src >= 0 && src < a.Tin && ci < a.ld;
-        cp_async16(dst + r * kPitch + col, valid ? a.x + int64_t(src) * a.ld + ci : a.x, valid);
+        cp_async16(dst + r * kPitch + col, valid ? chunk.x + int64_t(src) * a.ld + ci : a.x,
+                   valid);
     }
 }
 
-// The weight tile w[co0 : co0 + 128, k, ci0 : ci0 + 64] into shared rows:
-// padded (mma.sync reads it by ldmatrix), or 128 dense bytes per row with
-// piece p of row r at p ^ (r % 8) (wgmma's 128-byte swizzle).
+// The weight tile w[co0 : co0 + 128, k, chunk c's 64 channels] into shared
+// rows: padded (mma.sync reads it by ldmatrix), or 128 dense bytes per row
+// with piece p of row r at p ^ (r % 8) (wgmma's 128-byte swizzle).
 template <int kThreads, bool kSwizzle128>
-__device__ void load_weights(__half* dst, const ConvArgs& a, int co0, int k, int ci0) {
+__device__ void load_weights(__half* dst, const ConvArgs& a, int co0, int k, int c) {
     constexpr int kRow = kSwizzle128 ? kBK : kPitch;
+    const Chunk chunk(a, c);
     const int64_t w_pitch = int64_t(a.K) * a.ld;
 #pragma unroll
     for (int v = threadIdx.x; v < kCoutTile * kPieces; v += kThreads) {
         const int r = v / kPieces, p = v % kPieces;
-        const int co = co0 + r, ci = ci0 + p * 8;
+        const int co = co0 + r, ci = chunk.ci0 + p * 8;
         const bool valid = co < a.Cout && ci < a.ld;
         const int slot = kSwizzle128 ? p ^ (r % 8) : p;
         cp_async16(dst + r * kRow + slot * 8,
-                   valid ? a.w + co * w_pitch + int64_t(k) * a.ld + ci : a.w, valid);
+                   valid ? chunk.w + co * w_pitch + int64_t(k) * a.ld + ci : a.w, valid);
     }
 }
 
@@ -341,7 +380,8 @@ __device__ void load_weights(__half* dst, const ConvArgs& a, int co0, int k, int
 template <bool kAsyncProxy, class Issue, class Compute>
 __device__ void reduction_pipeline(const ConvArgs& a, Issue issue, Compute compute) {
     const int c_first = blockIdx.z * a.chunks_per_split;
-    const int chunks = min((a.ld + kBK - 1) / kBK, c_first + a.chunks_per_split) - c_first;
+    const int chunks =
+        min(reduction_chunks(a.ld, a.x_lo != nullptr), c_first + a.chunks_per_split) - c_first;
     const int steps = chunks * a.K;
     issue(c_first, 0, 0);
     cp_async_commit();
@@ -367,26 +407,29 @@ __device__ void reduction_pipeline(const ConvArgs& a, Issue issue, Compute compu
     }
 }
 
-// Where a block's results go: y with bias and residual, or with several
-// splits the split's partial sum alone.
+// Where a block's results go: y, scaled, with bias and residual, or with
+// several splits the split's partial sum alone (split_sum_kernel finishes).
 struct Output {
     float* y;
     const float* b;
     const float* residual;
+    float scale;
     int Cout, Tout;
     __device__ explicit Output(const ConvArgs& a)
         : y(a.partial != nullptr ? a.partial + int64_t(blockIdx.z) * a.Cout * a.Tout : a.y),
           b(a.partial != nullptr ? nullptr : a.b),
           residual(a.partial != nullptr ? nullptr : a.residual),
+          scale(a.partial != nullptr ? 1.f : a.w_scale),
           Cout(a.Cout),
           Tout(a.Tout) {}
     // Loaded once per channel, not per element (the epilogue is a large
     // share of the short-reduction convs).
     __device__ float bias(int co) const { return b != nullptr && co < Cout ? b[co] : 0.f; }
-    // y[co, t] = v (+ residual[co, t]), v already holding the bias.
-    __device__ void store(int co, int t, float v) const {
+    // y[co, t] = scale * sum + bias (+ residual[co, t]).
+    __device__ void store(int co, int t, float sum, float bias) const {
         if (co >= Cout || t >= Tout) return;
         const int64_t i = int64_t(co) * Tout + t;
+        float v = fmaf(sum, scale, bias);
         if (residual != nullptr) v += residual[i];
         y[i] = v;
     }
@@ -435,11 +478,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
     reduction_pipeline<false>(
         a,
         [&](int c, int k, int stage) {
-            load_weights<kMmaThreads, false>(w_smem + stage * kCoutTile * kPitch, a, co0, k,
-                                             c * kBK);
+            load_weights<kMmaThreads, false>(w_smem + stage * kCoutTile * kPitch, a, co0, k, c);
             if (k == 0) {
                 load_window<kMmaThreads>(win_smem + (c % 2) * rows * kPitch, a, t0 - a.pad, rows,
-                                         c * kBK);
+                                         c);
             }
         },
         [&](int stage, int buffer, int k) {
@@ -477,7 +519,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
             for (int ni = 0; ni < kNTiles; ++ni) {
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    out.store(co, t0 + wn + ni * 8 + 2 * tq + e, acc[mi][ni][2 * half + e] + bias);
+                    out.store(co, t0 + wn + ni * 8 + 2 * tq + e, acc[mi][ni][2 * half + e], bias);
                 }
             }
         }
@@ -578,10 +620,9 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup)
     reduction_pipeline<true>(
         a,
         [&](int c, int k, int stage) {
-            load_weights<kThreads, true>(w_smem + stage * kWeightStageHalves, a, co0, k, c * kBK);
+            load_weights<kThreads, true>(w_smem + stage * kWeightStageHalves, a, co0, k, c);
             if (k == 0) {
-                load_window<kThreads>(win_smem + (c % 2) * rows * kPitch, a, t0 - a.pad, rows,
-                                      c * kBK);
+                load_window<kThreads>(win_smem + (c % 2) * rows * kPitch, a, t0 - a.pad, rows, c);
             }
         },
         [&](int stage, int buffer, int k) {
@@ -613,7 +654,7 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup)
             const float bias = out.bias(co);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                out.store(co, t0 + warp * 16 + g + 8 * h, d[4 * j + 2 * h + e] + bias);
+                out.store(co, t0 + warp * 16 + g + 8 * h, d[4 * j + 2 * h + e], bias);
             }
         }
     }
@@ -622,16 +663,16 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup)
 #endif
 }
 
-// y[co, t] = sum_z partial[z, co, t] (+ b[co]) (+ residual[co, t]), z in
-// order (fixed summation order: repeatable bits). grid.y = co.
-__global__ void split_sum_kernel(const float* partial, int splits, const float* b,
+// y[co, t] = scale * sum_z partial[z, co, t] (+ b[co]) (+ residual[co, t]),
+// z in order (fixed summation order: repeatable bits). grid.y = co.
+__global__ void split_sum_kernel(const float* partial, int splits, float scale, const float* b,
                                  const float* residual, float* y, int Cout, int Tout) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= Tout) return;
     const int64_t i = int64_t(blockIdx.y) * Tout + t;
     float v = 0.f;
     for (int z = 0; z < splits; ++z) v += partial[int64_t(z) * Cout * Tout + i];
-    if (b != nullptr) v += b[blockIdx.y];
+    v = fmaf(v, scale, b != nullptr ? b[blockIdx.y] : 0.f);
     if (residual != nullptr) v += residual[i];
     y[i] = v;
 }
@@ -672,11 +713,11 @@ struct Plan {
     }
 };
 
-Plan plan(const Gpu& gpu, int Cin, int Cout, int Tout) {
+Plan plan(const Gpu& gpu, int Cin, int Cout, int Tout, bool split) {
     const int64_t want = 2 * int64_t(gpu.sms);
     Plan p{128, 1, 0};
     if (p.blocks(Cout, Tout) < want) p.tile = 64;
-    const int chunks = (half_rows_pitch(Cin) + kBK - 1) / kBK;
+    const int chunks = reduction_chunks(half_rows_pitch(Cin), split);
     const int64_t blocks = p.blocks(Cout, Tout);
     p.splits = int(std::min<int64_t>(chunks, (want + blocks - 1) / blocks));
     p.chunks_per_split = (chunks + p.splits - 1) / p.splits;
@@ -739,11 +780,25 @@ void conv_weight_to_device_layout(const float* src, float* dst, int64_t A, int B
     }
 }
 
-void conv_weight_to_half_rows(const float* src, __half* dst, int64_t A, int K, int B) {
+float conv_weight_to_half_rows(const float* src, __half* dst, int64_t A, int K, int B,
+                               HalfOperands form) {
     const int ld = half_rows_pitch(B);
+    float most = 0.f;
+    for (int64_t i = 0; i < A * K * B; ++i) most = std::max(most, std::fabs(src[i]));
+    int exponent = 0;  // most = f * 2^exponent, f in [0.5, 1)
+    std::frexp(most, &exponent);
+    const int shift = most > 0.f ? std::clamp(14 - exponent, -100, 100) : 0;
+    const float up = std::ldexp(1.f, shift);
+    __half* lo = form == HalfOperands::kSplit ? dst + A * K * ld : nullptr;
     for (int64_t r = 0; r < A * K; ++r) {
-        for (int i = 0; i < ld; ++i) dst[r * ld + i] = __float2half_rn(i < B ? src[r * B + i] : 0.f);
+        for (int i = 0; i < ld; ++i) {
+            const float v = i < B ? src[r * B + i] * up : 0.f;  // exact: a power of two
+            const __half hi = __float2half_rn(v);
+            dst[r * ld + i] = hi;
+            if (lo != nullptr) lo[r * ld + i] = __float2half_rn(v - __half2float(hi));
+        }
     }
+    return std::ldexp(1.f, -shift);
 }
 
 int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation) {
@@ -809,29 +864,48 @@ void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* 
     }
 }
 
-int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int pad,
-                                        int dilation) {
+int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int pad, int dilation,
+                                        HalfOperands form) {
     const int Tout = conv1d_out_len(Tin, K, 1, pad, dilation);
     if (Cout == 0 || Tout <= 0) return 0;
-    const igemm::Plan p = igemm::plan(igemm::current_gpu(), Cin, Cout, Tout);
+    const igemm::Plan p =
+        igemm::plan(igemm::current_gpu(), Cin, Cout, Tout, form == HalfOperands::kSplit);
     return p.splits > 1 ? int64_t(p.splits) * Cout * Tout : 0;
 }
 
-void conv1d_half_rows(const __half* x, const __half* w, const float* b, float* y, int Cin,
-                      int Cout, int Tin, int K, int pad, int dilation, const float* residual,
-                      float* scratch, cudaStream_t stream, HalfConvKernel kernel) {
+void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b, float* y,
+                      int Cin, int Cout, int Tin, int K, int pad, int dilation,
+                      const float* residual, HalfOperands form, float* scratch,
+                      cudaStream_t stream, HalfConvKernel kernel) {
     const int Tout = conv1d_out_len(Tin, K, 1, pad, dilation);
     if (Cout == 0 || Tout <= 0) return;
     if (K < 2) throw CudaError("conv1d_half_rows: needs K >= 2, got " + std::to_string(K));
+    const bool split = form == HalfOperands::kSplit;
+    const int ld = half_rows_pitch(Cin);
     const igemm::Gpu gpu = igemm::current_gpu();
-    const igemm::Plan p = igemm::plan(gpu, Cin, Cout, Tout);
-    const igemm::ConvArgs args{x,    w,         b,   residual, y,   p.splits > 1 ? scratch : nullptr,
-                               half_rows_pitch(Cin), Cout, Tin, Tout, K, pad, dilation,
-                               p.chunks_per_split};
+    const igemm::Plan p = igemm::plan(gpu, Cin, Cout, Tout, split);
+    igemm::ConvArgs args{};
+    args.x = x;
+    args.x_lo = split ? x + int64_t(Tin) * ld : nullptr;
+    args.w = w;
+    args.w_lo = split ? w + int64_t(Cout) * K * ld : nullptr;
+    args.b = b;
+    args.residual = residual;
+    args.y = y;
+    args.partial = p.splits > 1 ? scratch : nullptr;
+    args.w_scale = w_scale;
+    args.ld = ld;
+    args.Cout = Cout;
+    args.Tin = Tin;
+    args.Tout = Tout;
+    args.K = K;
+    args.pad = pad;
+    args.dilation = dilation;
+    args.chunks_per_split = p.chunks_per_split;
     igemm::launch(gpu, p, kernel, args, stream);
     if (p.splits > 1) {
         igemm::split_sum_kernel<<<per_channel_grid(Cout, Tout), kThreads, 0, stream>>>(
-            scratch, p.splits, b, residual, y, Cout, Tout);
+            scratch, p.splits, w_scale, b, residual, y, Cout, Tout);
         KOKORO_CHECK_LAUNCH("split_sum_kernel");
     }
 }

@@ -158,8 +158,8 @@ __global__ void interpolate_linear_kernel(const float* x, float* out, int Tin, i
     out[c * Tout + j] = x[c * Tin + i0] * (1.f - w1) + x[c * Tin + i1] * w1;
 }
 
-__global__ void to_half_rows_kernel(const float* x, __half* y, int C, int T) {
-    write_half_rows(x, y, C, T, [](int, float v) { return v; });
+__global__ void to_half_rows_kernel(const float* x, __half* y, __half* y_lo, int C, int T) {
+    write_half_rows(x, y, y_lo, C, T, [](int, float v) { return v; });
 }
 
 }  // namespace
@@ -250,9 +250,11 @@ void interpolate_linear(const float* x, float* out, int C, int Tin, int Tout, do
     KOKORO_CHECK_LAUNCH("interpolate_linear_kernel");
 }
 
-void to_half_rows(const float* x, __half* y, int C, int T, cudaStream_t stream) {
+void to_half_rows(const float* x, __half* y, int C, int T, HalfOperands form,
+                  cudaStream_t stream) {
     if (C == 0 || T == 0) return;
-    to_half_rows_kernel<<<half_rows_grid(C, T), kHalfRowsThreads, 0, stream>>>(x, y, C, T);
+    __half* y_lo = form == HalfOperands::kSplit ? y + int64_t(T) * half_rows_pitch(C) : nullptr;
+    to_half_rows_kernel<<<half_rows_grid(C, T), kHalfRowsThreads, 0, stream>>>(x, y, y_lo, C, T);
     KOKORO_CHECK_LAUNCH("to_half_rows_kernel");
 }
 

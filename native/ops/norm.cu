@@ -340,13 +340,14 @@ __global__ void adain_finalize_kernel(AdainArgs a, const double* partials, int p
 
 // Step 2: block (time tiles, channel tile) writes its transposed tiles
 // (half_rows.cuh) with its 64 channels' ChannelApply in shared memory.
-__global__ void adain_half_rows_kernel(AdainArgs a, const ChannelApply* apply, __half* y) {
+__global__ void adain_half_rows_kernel(AdainArgs a, const ChannelApply* apply, __half* y,
+                                       __half* y_lo) {
     __shared__ ChannelApply local[kHalfRowsTileC];
     const int c0 = blockIdx.y * kHalfRowsTileC;
     if (threadIdx.x < kHalfRowsTileC && c0 + int(threadIdx.x) < a.C)
         local[threadIdx.x] = apply[c0 + threadIdx.x];
     __syncthreads();
-    write_half_rows(a.x, y, a.C, a.T, [&](int r, float v) { return local[r](v); });
+    write_half_rows(a.x, y, y_lo, a.C, a.T, [&](int r, float v) { return local[r](v); });
 }
 
 }  // namespace
@@ -404,7 +405,8 @@ void adain(const float* x, float* y, int C, int T, const float* style, Activatio
 }
 
 void adain_half_rows(const float* x, __half* y, int C, int T, const float* style, Activation act,
-                     float act_slope, const float* alpha, double* scratch, cudaStream_t stream) {
+                     float act_slope, const float* alpha, HalfOperands form, double* scratch,
+                     cudaStream_t stream) {
     if (C == 0 || T == 0) return;
     const AdainArgs args{x, nullptr, C, T, style, act, act_slope, alpha, false};
     const int parts = stats_parts(T);
@@ -416,7 +418,9 @@ void adain_half_rows(const float* x, __half* y, int C, int T, const float* style
     adain_finalize_kernel<<<unsigned((C + kWarps - 1) / kWarps), kAdainThreads, 0, stream>>>(
         args, scratch, parts, apply);
     KOKORO_CHECK_LAUNCH("adain_finalize_kernel");
-    adain_half_rows_kernel<<<half_rows_grid(C, T), kHalfRowsThreads, 0, stream>>>(args, apply, y);
+    __half* y_lo = form == HalfOperands::kSplit ? y + int64_t(T) * half_rows_pitch(C) : nullptr;
+    adain_half_rows_kernel<<<half_rows_grid(C, T), kHalfRowsThreads, 0, stream>>>(args, apply, y,
+                                                                                  y_lo);
     KOKORO_CHECK_LAUNCH("adain_half_rows_kernel");
 }
 

@@ -10,8 +10,9 @@
 // along c) both coalesce; fn(c_local, v) transforms each value on its way
 // (identity for a plain conversion, AdaIN + activation in norm.cu). The
 // loops are unrolled so that each warp has all its loads in flight at once
-// (the kernel is bound by memory latency otherwise). Grid:
-// half_rows_grid(C, T).
+// (the kernel is bound by memory latency otherwise). Split operands
+// (ops::HalfOperands::kSplit) also write lo = fp16(v - hi) to y_lo (null:
+// rounded only). Grid: half_rows_grid(C, T).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -30,7 +31,7 @@ inline dim3 half_rows_grid(int C, int T) {
 }
 
 template <typename Fn>
-__device__ void write_half_rows(const float* x, __half* y, int C, int T, Fn fn) {
+__device__ void write_half_rows(const float* x, __half* y, __half* y_lo, int C, int T, Fn fn) {
     constexpr int kWarps = kHalfRowsThreads / 32;
     __shared__ float tile[kHalfRowsTileC][kHalfRowsTileT + 1];
     const int ld = ops::half_rows_pitch(C);
@@ -53,8 +54,16 @@ __device__ void write_half_rows(const float* x, __half* y, int C, int T, Fn fn) 
     for (int i = 0; i < kHalfRowsTileT / kWarps; ++i) {
         const int tt = t0 + warp + i * kWarps, c = c0 + 2 * lane;
         if (tt < T && c < ld) {
-            *reinterpret_cast<__half2*>(y + int64_t(tt) * ld + c) = __floats2half2_rn(
-                tile[2 * lane][warp + i * kWarps], tile[2 * lane + 1][warp + i * kWarps]);
+            const float2 v =
+                make_float2(tile[2 * lane][warp + i * kWarps], tile[2 * lane + 1][warp + i * kWarps]);
+            const __half2 hi = __float22half2_rn(v);
+            const int64_t at = int64_t(tt) * ld + c;
+            *reinterpret_cast<__half2*>(y + at) = hi;
+            if (y_lo != nullptr) {
+                const float2 h = __half22float2(hi);
+                *reinterpret_cast<__half2*>(y_lo + at) =
+                    __float22half2_rn(make_float2(v.x - h.x, v.y - h.y));
+            }
         }
     }
 }

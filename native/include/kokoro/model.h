@@ -89,15 +89,16 @@ struct DeviceFree {
 
 class DeviceWeights {
 public:
-    // fast (precision "fast"): the conv weights that only the FP16
-    // tensor-core convs read (half_only) are kept as FP16 alone.
-    DeviceWeights(const HostWeights& host, int style_dim, bool fast);
+    // The conv weights the tensor-core convs read (half_only) are kept as
+    // FP16 alone, in `form`: rounded for precision "fast", split for "fp32".
+    DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOperands form);
     static constexpr int kMinHalfChannels = 32;
-    // A conv weight (K >= 2, c_in on its middle axis) that precision "fast"
-    // reads only as FP16: every dense conv of the text encoder, decoder and
-    // generator with at least kMinHalfChannels inputs, but not the prosody
-    // predictor's (its F0/N stacks stay fp32) nor the generator's transposed
-    // upsamplers "ups" (TF32 GEMMs on the fp32 weight).
+    // The one place that says which convs run on the tensor cores: a conv
+    // weight (K >= 2, c_in on its middle axis) of every dense conv of the
+    // text encoder, decoder and generator with at least kMinHalfChannels
+    // inputs, but not the prosody predictor's (its F0/N stacks stay fp32:
+    // their small GEMMs are latency bound) nor the generator's transposed
+    // upsamplers "ups" (GEMM + overlap-add on the fp32 weight).
     static bool half_only(const std::string& name, int c_in);
     DeviceWeights(const DeviceWeights&) = delete;
     DeviceWeights& operator=(const DeviceWeights&) = delete;
@@ -106,9 +107,16 @@ public:
     // attention's "<p>.query/key/value.weight/bias" exist only stacked, as
     // "<p>.qkv.weight" and "<p>.qkv.bias" (rows: query, key, value).
     const float* get(const std::string& name, int64_t numel) const;
-    // The FP16 copy of conv weight `name` in the layout of
-    // ops::conv_weight_to_half_rows, checked to hold `numel` values.
-    const __half* get_half(const std::string& name, int64_t numel) const;
+    // The tensor-core copy of a conv weight (ops::conv_weight_to_half_rows).
+    struct HalfConv {
+        const __half* w;
+        float scale;  // the conv's w_scale
+        ops::HalfOperands form;
+    };
+    bool has_half(const std::string& name) const { return half_entries_.count(name) != 0; }
+    // The tensor-core copy of conv weight `name`, checked to hold `numel`
+    // values per FP16 part.
+    HalfConv get_half(const std::string& name, int64_t numel) const;
 
     struct Lstm {
         const float* w_ih;  // [2, 4H, In]
@@ -144,10 +152,12 @@ private:
     };
     struct HalfEntry {
         const __half* ptr;
-        int64_t numel;
+        int64_t numel;  // per part
+        float scale;
     };
     std::unique_ptr<float, DeviceFree> arena_;
     std::unique_ptr<__half, DeviceFree> half_arena_;
+    ops::HalfOperands half_form_;
     size_t bytes_ = 0;
     std::unordered_map<std::string, Entry> entries_;
     std::unordered_map<std::string, HalfEntry> half_entries_;
@@ -232,7 +242,7 @@ struct Context {
     cudaEvent_t event;          // marks this context's progress for wait_for()
     const float* style_out[2];  // fc(s) results of each style bank, on the device
     Trace* trace;               // null unless intermediates were asked for
-    bool fast;                  // precision "fast": TF32 GEMMs, FP16 tensor-core convs
+    bool fast;                  // TF32 GEMMs (precision "fast"; the conv forms follow the weights)
     const char* tag;            // suffix of this context's workspace slot names
     PhaseMarks* marks;          // null unless phase timing is on
 
@@ -268,24 +278,29 @@ struct Context {
     // The layers below look up `prefix.weight` (and `prefix.bias` when `bias`)
     // and take their scratch from the workspace.
     // Conv1d x [c_in, t_in] -> y [c_out, t_out]; y = conv + residual if given.
-    // In precision "fast", dense stride-1 convs with kernel >= 2 run on the
-    // FP16 tensor-core kernel (x converted to half rows first).
+    // Convs with a tensor-core weight (DeviceWeights::half_only) run on the
+    // FP16 tensor-core kernel (x converted to half rows first, in the
+    // weight's form); the others in fp32, or TF32 GEMMs where `fast`.
     void conv1d(const std::string& prefix, const float* x, float* y, int c_in, int c_out, int t_in,
                 int kernel, int stride, int pad, int dilation, int groups, bool bias,
                 const float* residual = nullptr) const;
     // AdaIN1d + activation (style `fc_prefix`, `alpha` only for Snake) on x
     // [c_in, T], then the dense stride-1 conv `conv_prefix` (with bias, same
-    // length): y = conv(act(adain(x))) (+ residual). In precision "fast" the
-    // activation is written straight as FP16 half rows for the tensor-core
-    // conv; otherwise through an fp32 buffer. y may equal residual, not x.
+    // length): y = conv(act(adain(x))) (+ residual). For a tensor-core conv
+    // the activation is written straight as FP16 half rows; otherwise through
+    // an fp32 buffer. y may equal residual, not x.
     void adain_conv1d(const float* x, float* y, int c_in, int c_out, int T,
                       const std::string& fc_prefix, ops::Activation act, float slope,
                       const float* alpha, const std::string& conv_prefix, int kernel,
                       int dilation, const float* residual = nullptr) const;
-    // The tensor-core conv `prefix` (FP16 weights) on half rows [t_in, ld].
-    void conv1d_half_rows(const std::string& prefix, const __half* rows, float* y, int c_in,
+    // The tensor-core conv with weight `w` on half rows [t_in, ld] in w's form.
+    void conv1d_half_rows(const DeviceWeights::HalfConv& w, const __half* rows, float* y, int c_in,
                           int c_out, int t_in, int kernel, int pad, int dilation, const float* b,
                           const float* residual) const;
+    // Workspace half rows for [c, t] in `form`.
+    __half* half_rows(int c, int t, ops::HalfOperands form) const {
+        return halves("ops.half_rows", int64_t(ops::half_parts(form)) * t * ops::half_rows_pitch(c));
+    }
     // ConvTranspose1d x [c_in, t_in] -> y [c_out, t_out], with bias.
     void conv_transpose1d(const std::string& prefix, const float* x, float* y, int c_in, int c_out,
                           int t_in, int kernel, int stride, int pad, int output_padding,

@@ -6,7 +6,8 @@
 // Conventions, shared by every op:
 // - All tensors are float32 device pointers, dense, row-major, except the
 //   FP16 "half rows" operands of the tensor-core convolution (half_rows.cuh:
-//   time-major [T, ld], ld = C rounded up to 8, pad columns zero).
+//   time-major [T, ld], ld = C rounded up to 8, pad columns zero), rounded
+//   or split (HalfOperands below).
 // - Sequences in the convolutional parts are channels-first: [C, T] (the
 //   PyTorch [1, C, T] layout without the batch axis). Linear layers and
 //   attention work on time-major [T, C] rows.
@@ -76,9 +77,21 @@ void add_scaled(const float* a, const float* b, float* out, int64_t n, float sca
                 cudaStream_t stream);
 // Row pitch of the half rows of a C-channel tensor: C rounded up to 8 (16 bytes).
 __host__ __device__ inline int half_rows_pitch(int C) { return (C + 7) / 8 * 8; }
+// The FP16 operands of the tensor-core conv, in one of two forms. kRounded
+// (precision "fast"): each value rounded to FP16 (11 significant bits).
+// kSplit (precision "fp32"): v = hi + lo, hi = fp16(v), lo = fp16(v - hi)
+// (~22 significant bits), the lo part stored right after the hi part in the
+// same layout; the conv then sums x_hi w_hi + x_hi w_lo + x_lo w_hi (three
+// FP16 products, fp32 accumulation), float32-level accuracy on the tensor
+// cores.
+enum class HalfOperands { kRounded, kSplit };
+// FP16 parts stored per value.
+inline int half_parts(HalfOperands form) { return form == HalfOperands::kSplit ? 2 : 1; }
 // x [C, T] fp32 -> half rows y [T, half_rows_pitch(C)] (FP16, pad columns
-// zero): the tensor-core conv's input where no AdaIN precedes it.
-void to_half_rows(const float* x, __half* y, int C, int T, cudaStream_t stream);
+// zero; kSplit: hi rows, then lo rows): the tensor-core conv's input where no
+// AdaIN precedes it.
+void to_half_rows(const float* x, __half* y, int C, int T, HalfOperands form,
+                  cudaStream_t stream);
 // Copy a [rows, cols] block between row pitches (concatenation along
 // channels, slicing). Pitches in elements.
 void copy_rows(const float* src, int src_pitch, float* dst, int dst_pitch, int rows, int cols,
@@ -135,9 +148,11 @@ void adain(const float* x, float* y, int C, int T, const float* style, Activatio
            float act_slope, const float* alpha, double* scratch, cudaStream_t stream);
 int64_t adain_scratch_doubles(int C, int T);
 // The same AdaIN + activation written as half rows y [T, half_rows_pitch(C)]
-// (FP16, pad columns zero) for the tensor-core conv that follows.
+// (FP16, pad columns zero; kSplit: hi rows, then lo rows) for the
+// tensor-core conv that follows.
 void adain_half_rows(const float* x, __half* y, int C, int T, const float* style, Activation act,
-                     float act_slope, const float* alpha, double* scratch, cudaStream_t stream);
+                     float act_slope, const float* alpha, HalfOperands form, double* scratch,
+                     cudaStream_t stream);
 
 // ------------------------------------------------------------------ conv.cu
 // Host-side: a PyTorch conv weight [A, B, K] in the device layout [A, K, B]
@@ -154,24 +169,30 @@ void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* 
             const float* residual, float* scratch, cudaStream_t stream,
             GemmMath math = GemmMath::kFp32);
 int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation);
-// Conv1d, dense, stride 1, K >= 2, on the tensor cores (precision "fast"):
-// x half rows [Tin, ld] (ld = half_rows_pitch(Cin)), w FP16 [Cout, K, ld]
-// (conv_weight_to_half_rows), fp32 accumulation; b, residual and y as conv1d.
+// Conv1d, dense, stride 1, K >= 2, on the tensor cores: x half rows [Tin,
+// ld] (ld = half_rows_pitch(Cin)), w FP16 [Cout, K, ld] as
+// conv_weight_to_half_rows stores it, with its w_scale; both operands in
+// `form`; fp32 accumulation; b, residual and y as conv1d.
 // `scratch`: conv1d_half_rows_scratch_floats(...) floats (partial sums where
 // the reduction is split over blocks; 0: may be null).
 // `kernel`: the best this build and GPU run (wgmma where the build holds
 // sm_90a code and the GPU is compute capability 9.0, else mma.sync), or
 // mma.sync everywhere (tests check both on Hopper).
 enum class HalfConvKernel { kBest, kMmaSync };
-void conv1d_half_rows(const __half* x, const __half* w, const float* b, float* y, int Cin,
-                      int Cout, int Tin, int K, int pad, int dilation, const float* residual,
-                      float* scratch, cudaStream_t stream,
-                      HalfConvKernel kernel = HalfConvKernel::kBest);
-int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int pad,
-                                        int dilation);
-// Host-side: a device-layout conv weight [A, K, B] (fp32) as FP16 [A, K, ld],
-// ld = half_rows_pitch(B), pad columns zero.
-void conv_weight_to_half_rows(const float* src, __half* dst, int64_t A, int K, int B);
+void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b, float* y,
+                      int Cin, int Cout, int Tin, int K, int pad, int dilation,
+                      const float* residual, HalfOperands form, float* scratch,
+                      cudaStream_t stream, HalfConvKernel kernel = HalfConvKernel::kBest);
+int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int pad, int dilation,
+                                        HalfOperands form);
+// Host-side: a device-layout conv weight [A, K, B] (fp32) as the tensor-core
+// conv's FP16 [A, K, ld] (ld = half_rows_pitch(B), pad columns zero; kSplit:
+// hi, then lo), stored times a power of two that brings max |w| into [2^13,
+// 2^14) (far from FP16's underflow, which would cost small weights and lo
+// parts their significant bits). Returns w_scale, the inverse power of two
+// the conv multiplies its sums by (exact). dst: half_parts(form) * A * K * ld.
+float conv_weight_to_half_rows(const float* src, __half* dst, int64_t A, int K, int B,
+                               HalfOperands form);
 int64_t conv1d_scratch_floats(int Cin, int Cout, int Tin, int K, int stride, int pad,
                               int dilation, int groups);
 // ConvTranspose1d: x [Cin, Tin] -> y [Cout, Tout],
