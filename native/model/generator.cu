@@ -143,9 +143,10 @@ void generator_forward(const Context& ctx, const Context& side, ops::Stft& stft,
     const int n_stages = static_cast<int>(cfg.upsample_rates.size());
     const int n_kernels = static_cast<int>(cfg.resblock_kernel_sizes.size());
     // Stage i's source branch runs on the side stream, except in fp32 the
-    // last stage's: its fp32 AdaIN buffers there would add two of the
-    // largest slots ([128, 120 F]), and the GPU is busy with the previous
-    // stage's convs by then (little to overlap). In FP16 they are half rows.
+    // last stage's: its split half rows (hi + lo, as large as fp32) and its
+    // hidden buffer there would add two of the largest slots ([128, 120 F]),
+    // and the GPU is busy with the previous stage's convs by then (little to
+    // overlap). Rounded half rows (fast) are half that size.
     auto on_side = [&](int i) { return ctx.fast || i == 0; };
     float* side_source = source_branch(side, har, 0, F);
     float* stage_x = x;

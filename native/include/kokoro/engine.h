@@ -47,10 +47,12 @@ struct Utterance {
     uint64_t seed = 0;
 };
 
-// kFp32: every GEMM in plain fp32. kFast: the GEMMs of the text encoder,
-// decoder and generator on TF32 tensor cores (fp32 accumulation); the
-// duration path (ALBERT, duration encoder and head), the F0/N predictor,
-// LSTM recurrences, norms, the source and the STFTs stay fp32.
+// The dense convs of the text encoder, decoder and generator run on the
+// FP16 tensor cores (fp32 accumulation) in both: kFp32 with split operands
+// (hi + lo, three products: float32-level accuracy), kFast with rounded ones
+// and its other GEMMs there in TF32. Everything else is plain fp32 in both:
+// the duration path (ALBERT, duration encoder and head), the F0/N predictor,
+// LSTM recurrences, norms, the source and the STFTs.
 enum class Precision { kFp32 = 0, kFast = 1 };
 
 class Lane;
