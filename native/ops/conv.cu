@@ -3,9 +3,10 @@
 // ConvTranspose1d [Cin, K, Cout/groups], so that one tap of every output
 // channel is a [Cout, Cin] matrix with row pitch K * Cin.
 //
-// Conv1d, dense, stride 1 (the generator, decoder and text encoder convs), in
-// fp32 mode, where im2col would take more than one chunk: per-tap GEMMs, no
-// im2col (shorter ones run as the strided convs below). Per time chunk of n
+// Conv1d, dense, stride 1, on cuBLAS GEMMs (the convs without a tensor-core
+// weight: the F0/N stacks), where im2col would take more than one chunk
+// (long inputs): per-tap GEMMs, no im2col (shorter ones run as the strided
+// convs below). Per time chunk of n
 // outputs, taps grouped by alignment class r = (k * dil) mod 4: the input
 // window with its zero padding is copied once per class, shifted by r
 // (win[ci, j] = xpad[ci, t0 + r + j], row pitch a multiple of 4 floats), then
@@ -16,8 +17,9 @@
 // bound acc and win, which then stay in L2 across the taps. One epilogue
 // pass writes y = acc + bias + residual.
 //
-// Conv1d, dense, stride 1, K >= 2, on the tensor cores (precision "fast",
-// conv1d_half_rows): one implicit-GEMM kernel, y[Cout, T] = W[Cout, K * Cin]
+// Conv1d, dense, stride 1, K >= 2, on the tensor cores (conv1d_half_rows;
+// the text encoder, decoder and generator convs in both precisions): one
+// implicit-GEMM kernel, y[Cout, T] = W[Cout, K * Cin]
 // @ X[K * Cin, T] with X[(k, ci), t] = x[t + k * dil - pad, ci] never
 // materialised. Operands are FP16 with fp32 accumulation (mma.sync
 // m16n8k16): FP16 rather than BF16 for its 11-bit significand (the TF32
