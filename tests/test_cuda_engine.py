@@ -258,6 +258,24 @@ def test_fast_audio_close_to_cpu_reference(
     assert audio.tobytes() != fp32_audio.tobytes(), "fast mode should use other GEMMs"
 
 
+def test_fast_short_utterance_concurrent_resblocks(
+    config: ModelConfig, weights: dict[str, np.ndarray], fast: CUDABackend
+) -> None:
+    """Utterances of <= 128 frames run each generator stage's residual blocks on three streams
+    (generator.cu, kConcurrentResblockFrames): close to the CPU reference, and the same bits
+    uncaptured, captured, replayed and traced."""
+    ids, ref_s = random_inputs(config, 16, seed=31)
+    cpu_audio, cpu_dur = CPUBackend(config, weights).forward(ids, ref_s, 1.0, deterministic=True, seed=None)
+    runs = [fast.forward(ids, ref_s, 1.0, deterministic=True, seed=None) for _ in range(3)]
+    assert 0 < int(cpu_dur.sum()) <= 128, "the case should take the concurrent path"
+    for audio, dur in runs:
+        np.testing.assert_array_equal(dur, cpu_dur)
+        assert audio.tobytes() == runs[0][0].tobytes()
+    traced, _ = fast.forward(ids, ref_s, 1.0, deterministic=True, seed=None, trace={})
+    assert traced.tobytes() == runs[0][0].tobytes()
+    assert rel_error(runs[0][0], cpu_audio) < FAST_AUDIO_TOL
+
+
 @pytest.mark.parametrize("precision", ["fp32", "fast"])
 def test_graph_replay_is_bit_identical(
     config: ModelConfig, weights: dict[str, np.ndarray], precision: str

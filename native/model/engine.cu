@@ -562,7 +562,11 @@ using Owned = std::unique_ptr<std::remove_pointer_t<Handle>, Deleter>;
 
 constexpr size_t kGraphCacheEntries = 16;          // per phase and lane
 constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;  // cuBLAS's advice for Hopper
-constexpr int kStreams = 2;                         // main, side
+// main, side (both with cuBLAS), then the generator's residual-block
+// streams (tensor-core convs and AdaIN only: no cuBLAS handle).
+constexpr int kStreams = 2 + kResblockStreams;
+constexpr int kBlasStreams = 2;
+const char* const kStreamTags[kStreams] = {"", ".side", ".res1", ".res2"};
 
 // A captured phase: the executable graph, the workspace generation it was
 // captured at, and (frame phase) the STFT plans its cuFFT nodes use.
@@ -631,8 +635,8 @@ private:
     bool fast_;  // precision "fast" for the text encoder, decoder and generator
     // Declared in teardown order: later members go first.
     Owned<cudaStream_t, StreamDeleter> streams_[kStreams];
-    std::unique_ptr<void, DeviceFree> blas_workspace_[kStreams];
-    Owned<cublasHandle_t, BlasDeleter> blas_[kStreams];
+    std::unique_ptr<void, DeviceFree> blas_workspace_[kBlasStreams];
+    Owned<cublasHandle_t, BlasDeleter> blas_[kBlasStreams];
     Owned<cudaEvent_t, EventDeleter> events_[kStreams];
     Workspace ws_;
     ops::Stft stft_;  // of uncaptured runs
@@ -651,6 +655,7 @@ Lane::Lane(const ModelConfig& cfg, const DeviceWeights& weights, bool fast)
         cudaEvent_t event = nullptr;
         KOKORO_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
         events_[i].reset(event);
+        if (i >= kBlasStreams) continue;
         cublasHandle_t handle = nullptr;
         KOKORO_CUBLAS_CHECK(cublasCreate(&handle));
         blas_[i].reset(handle);
@@ -674,13 +679,13 @@ Context Lane::context(int stream, bool fast, Trace* trace) {
     return Context{cfg_,
                    weights_,
                    ws_,
-                   blas_[stream].get(),
+                   stream < kBlasStreams ? blas_[stream].get() : nullptr,
                    streams_[stream].get(),
                    events_[stream].get(),
                    {style_out_[0], style_out_[1]},
                    trace,
                    fast,
-                   stream == 0 ? "" : ".side",
+                   kStreamTags[stream],
                    timing_ ? &marks_ : nullptr};
 }
 
@@ -844,7 +849,9 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
         const Context fast = ctx.with_fast(fast_);
         decoder_forward(fast, t_en, frame_token, T, F, f0, n, dec_out);
         fast.mark("decoder");
-        generator_forward(fast, side, stft, dec_out, har, F, audio);
+        const Context resblocks[kResblockStreams] = {context(2, fast_, trace),
+                                                     context(3, fast_, trace)};
+        generator_forward(fast, side, resblocks, stft, dec_out, har, F, audio);
         fast.mark("conv_post, iSTFT");
     });
 

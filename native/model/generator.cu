@@ -14,6 +14,7 @@
 // stage, and the largest stage, [128, 120 F], sets the generator's memory.
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kokoro/model.h"
 
@@ -30,6 +31,15 @@ constexpr float kPostSlope = 0.01f;  // F.leaky_relu's default, not the stages' 
 constexpr int kNoiseResKernel = 7;
 constexpr int kLastNoiseResKernel = 11;
 constexpr int kPostKernel = 7;
+// Utterances of at most this many frames (3.2 s of audio) in precision
+// "fast" run a stage's residual blocks concurrently, one per stream: there
+// each conv is a few microseconds of latency-bound blocks, and three
+// independent chains overlap their kernel boundaries. Longer ones fill the
+// GPU with one block at a time, and the extra slots per stream (hidden,
+// half rows, split sums, the block's output: [C, T] each) would grow the
+// engine's memory (~75 MB at this bound; fp32's split half rows would take
+// the long case past PyTorch's, so fp32 stays sequential).
+constexpr int kConcurrentResblockFrames = 128;
 
 // AdaINResBlock1 `prefix`: out = block(x) on [C, T]; out may equal x. Three
 // times: AdaIN + Snake, dilated conv, AdaIN + Snake, conv, residual add.
@@ -47,6 +57,13 @@ void adain_resblock1(const Context& ctx, const std::string& prefix, const float*
                          prefix + ".convs2." + idx, kernel, 1, in);
         in = out;
     }
+}
+
+// mean += block j's output, the whole divided by n_blocks after the last.
+void add_to_mean(const Context& ctx, float* mean, const float* out, int64_t n, int j,
+                 int n_blocks) {
+    const float scale = j + 1 == n_blocks ? 1.f / static_cast<float>(n_blocks) : 1.f;
+    ops::add_scaled(mean, out, mean, n, scale, ctx.stream);
 }
 
 void check_length(const std::string& what, int got, int want) {
@@ -133,7 +150,8 @@ float* source_branch(const Context& ctx, const float* har, int i, int F) {
 }
 }  // namespace
 
-void generator_forward(const Context& ctx, const Context& side, ops::Stft& stft, float* x,
+void generator_forward(const Context& ctx, const Context& side,
+                       const Context (&resblocks)[kResblockStreams], ops::Stft& stft, float* x,
                        const float* har, int F, float* audio) {
     const ModelConfig& cfg = ctx.cfg;
     const std::string g = "decoder.generator";
@@ -181,15 +199,27 @@ void generator_forward(const Context& ctx, const Context& side, ops::Stft& stft,
         if (!last && on_side(i + 1)) side_source = source_branch(side, har, i + 1, F);
         ops::add_scaled(stage_in, upsampled, stage_in, n, 1.f, ctx.stream);
 
-        // Mean of the stage's residual blocks; the sum builds up in `mean`.
+        // Mean of the stage's residual blocks; the sum builds up in `mean`,
+        // in block order either way (the same bits sequential or concurrent).
+        const bool concurrent = ctx.fast && F <= kConcurrentResblockFrames &&
+                                n_kernels <= kResblockStreams + 1;
+        std::vector<float*> outs{mean};
+        for (int j = 1; j < n_kernels; ++j) {
+            outs.push_back(!concurrent || j == 1
+                               ? branch
+                               : ctx.floats("generator.block" + std::to_string(j), n));
+        }
         for (int j = 0; j < n_kernels; ++j) {
             const std::string block = g + ".resblocks." + std::to_string(i * n_kernels + j);
-            adain_resblock1(ctx, block, stage_in, j == 0 ? mean : branch, s.c_out, s.t_out,
+            const Context& on = concurrent && j > 0 ? resblocks[j - 1] : ctx;
+            if (&on != &ctx) on.wait_for(ctx);  // stage_in
+            adain_resblock1(on, block, stage_in, outs[size_t(j)], s.c_out, s.t_out,
                             cfg.resblock_kernel_sizes[j], cfg.resblock_dilation_sizes[j]);
-            if (j > 0) {
-                const float scale = j + 1 == n_kernels ? 1.f / static_cast<float>(n_kernels) : 1.f;
-                ops::add_scaled(mean, branch, mean, n, scale, ctx.stream);
-            }
+            if (!concurrent && j > 0) add_to_mean(ctx, mean, branch, n, j, n_kernels);
+        }
+        for (int j = 1; concurrent && j < n_kernels; ++j) {
+            ctx.wait_for(resblocks[j - 1]);
+            add_to_mean(ctx, mean, outs[size_t(j)], n, j, n_kernels);
         }
         ctx.mark("generator stage " + idx);
         stage_x = mean;

@@ -237,7 +237,7 @@ struct Context {
     const ModelConfig& cfg;
     const DeviceWeights& weights;
     Workspace& ws;
-    cublasHandle_t blas;        // bound to `stream`, used by this context alone
+    cublasHandle_t blas;        // bound to `stream`, used by this context alone (null: none)
     cudaStream_t stream;
     cudaEvent_t event;          // marks this context's progress for wait_for()
     const float* style_out[2];  // fc(s) results of each style bank, on the device
@@ -361,8 +361,13 @@ int generator_spec_frames(const ModelConfig& cfg, int F);
 // scratch) and the source har -> audio [source_upsampling() * 2F]. The
 // stages' source branches (noise conv + noise AdaINResBlock1 on har) run on
 // `side` (whose stream holds har already) concurrently with ctx's work, but
-// in fp32 the last one on ctx; ctx has waited for side on return.
-void generator_forward(const Context& ctx, const Context& side, ops::Stft& stft, float* x,
+// in fp32 the last one on ctx. Short utterances in precision "fast" run a
+// stage's residual blocks 2.. on `resblocks` (contexts without cuBLAS)
+// concurrently with block 1 on ctx (generator.cu says when). ctx has waited
+// for all of them on return.
+constexpr int kResblockStreams = 2;
+void generator_forward(const Context& ctx, const Context& side,
+                       const Context (&resblocks)[kResblockStreams], ops::Stft& stft, float* x,
                        const float* har, int F, float* audio);
 
 }  // namespace kokoro
