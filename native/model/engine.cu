@@ -566,7 +566,8 @@ constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;  // cuBLAS's advice for
 // streams (tensor-core convs and AdaIN only: no cuBLAS handle).
 constexpr int kStreams = 2 + kResblockStreams;
 constexpr int kBlasStreams = 2;
-const char* const kStreamTags[kStreams] = {"", ".side", ".res1", ".res2"};
+const char* const kStreamTags[] = {"", ".side", ".res1", ".res2"};
+static_assert(sizeof(kStreamTags) / sizeof(kStreamTags[0]) == kStreams, "one slot tag per stream");
 
 // A captured phase: the executable graph, the workspace generation it was
 // captured at, and (frame phase) the STFT plans its cuFFT nodes use.

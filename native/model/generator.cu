@@ -37,8 +37,9 @@ constexpr int kPostKernel = 7;
 // independent chains overlap their kernel boundaries. Longer ones fill the
 // GPU with one block at a time, and the extra slots per stream (hidden,
 // half rows, split sums, the block's output: [C, T] each) would grow the
-// engine's memory (~75 MB at this bound; fp32's split half rows would take
-// the long case past PyTorch's, so fp32 stays sequential).
+// engine's memory (48 MB at 92 frames, ~65 MB at this bound; fp32's split
+// half rows would take the long case past PyTorch's, so fp32 stays
+// sequential).
 constexpr int kConcurrentResblockFrames = 128;
 
 // AdaINResBlock1 `prefix`: out = block(x) on [C, T]; out may equal x. Three
