@@ -566,6 +566,7 @@ constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;  // cuBLAS's advice for
 // streams (tensor-core convs and AdaIN only: no cuBLAS handle).
 constexpr int kStreams = 2 + kResblockStreams;
 constexpr int kBlasStreams = 2;
+constexpr int kSideStream = 1;
 const char* const kStreamTags[] = {"", ".side", ".res1", ".res2"};
 static_assert(sizeof(kStreamTags) / sizeof(kStreamTags[0]) == kStreams, "one slot tag per stream");
 
@@ -649,9 +650,17 @@ private:
 
 Lane::Lane(const ModelConfig& cfg, const DeviceWeights& weights, bool fast)
     : cfg_(cfg), weights_(weights), fast_(fast), stft_(cfg.n_fft, cfg.hop) {
+    // The critical path first: every stream but the side stream gets the
+    // device's highest priority, so that the block scheduler gives free SMs
+    // to the decoder's and the stages' latency-bound kernels before the
+    // source branches' wide convs, which are needed a stage later (replays
+    // keep it: captured kernel nodes carry their stream's priority).
+    int lowest = 0, highest = 0;
+    KOKORO_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
     for (int i = 0; i < kStreams; ++i) {
         cudaStream_t stream = nullptr;
-        KOKORO_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        KOKORO_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking,
+                                                       i == kSideStream ? lowest : highest));
         streams_[i].reset(stream);
         cudaEvent_t event = nullptr;
         KOKORO_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
@@ -723,7 +732,8 @@ void Lane::run_phase(GraphCache& cache, uint64_t key, bool capture, Prepare&& pr
         KOKORO_CUDA_CHECK(cudaStreamEndCapture(main, &graph));
         const Owned<cudaGraph_t, GraphDeleter> owned(graph);
         cudaGraphExec_t exec = nullptr;
-        KOKORO_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        KOKORO_CUDA_CHECK(
+            cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority));
         entry->exec.reset(exec);
         entry->generation = generation;
     }
@@ -762,7 +772,7 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
     float* t_en = ws_.floats("engine.t_en", int64_t(hid) * T);
     int32_t* dur = ws_.ints("engine.durations", T);
     const Context ctx = context(0, false, trace);
-    const Context side = context(1, fast_, trace);
+    const Context side = context(kSideStream, fast_, trace);
     ctx.mark("start");
 
     // Token side: text encoder || styles, ALBERT, bert_encoder, duration encoder and head.
