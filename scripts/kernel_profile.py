@@ -10,9 +10,10 @@ Three modes (the third, ``summary``, tabulates the ncu CSV), on the bench's rand
       python3 scripts/kernel_profile.py summary ncu.csv
 
 - ``convs``: the tensor-core conv alone (``ops.conv1d_time_ms``: math fp16 is
-  the engine's kernel, wgmma on Hopper; fp16_mma_sync the portable one; tf32
-  cuBLAS) on the generator's shapes at the long case's length (and one at the
-  short case's), with TFLOP/s.
+  the fast engine's kernel, wgmma on Hopper; fp16x3 the same on split operands,
+  the fp32 engine's, its TFLOP/s counting each multiply-add once;
+  fp16_mma_sync the portable kernel; tf32 cuBLAS) on the generator's shapes at
+  the long case's length (and one at the short case's).
 
 (Not named profile.py: scripts/ comes first on sys.path when bench.py runs,
 and torch imports the standard library's profile module.)
@@ -111,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--cases", type=lambda s: s.split(","), default=["short", "long"])
     f.add_argument("--precision", default="fast")
     c = sub.add_parser("convs")
-    c.add_argument("--math", type=lambda s: s.split(","), default=["fp16", "fp16_mma_sync", "tf32"])
+    c.add_argument(
+        "--math", type=lambda s: s.split(","), default=["fp16", "fp16x3", "fp16_mma_sync", "tf32"]
+    )
     s = sub.add_parser("summary")
     s.add_argument("csv", type=Path)
     s.add_argument("--top", type=int, default=25)
