@@ -14,8 +14,10 @@
 //   into hi and lo parts for "fp32"), into a second arena.
 // - Workspace: named buffers reused across calls; a buffer grows only when a
 //   longer input needs more (the old one is freed after the lane drains).
-// - Lane: two streams with their cuBLAS handles and events, a workspace and
-//   the graph caches. A forward pass has two phases around the one mid-pass
+// - Lane: four streams with their events (main and side with cuBLAS handles,
+//   the side one at the lowest priority, the others at the highest; two for
+//   the generator's concurrent residual blocks), a workspace and the graph
+//   caches. A forward pass has two phases around the one mid-pass
 //   read-back (the durations size the frame axis):
 //     tokens: [text encoder on the side stream] || style projections, ALBERT,
 //             bert_encoder, duration encoder, duration head -> logits;

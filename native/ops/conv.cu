@@ -6,11 +6,11 @@
 // Conv1d, dense, stride 1, on cuBLAS GEMMs (the convs without a tensor-core
 // weight: the F0/N stacks), where im2col would take more than one chunk
 // (long inputs): per-tap GEMMs, no im2col (shorter ones run as the strided
-// convs below). Per time chunk of n
-// outputs, taps grouped by alignment class r = (k * dil) mod 4: the input
-// window with its zero padding is copied once per class, shifted by r
-// (win[ci, j] = xpad[ci, t0 + r + j], row pitch a multiple of 4 floats), then
-// each tap of the class, k * dil = 4q + r, is one GEMM
+// convs below). Per time chunk of n outputs, taps grouped by alignment class
+// r = (k * dil) mod 4: the input window with its zero padding is copied once
+// per class, shifted by r (win[ci, j] = xpad[ci, t0 + r + j], row pitch a
+// multiple of 4 floats), then each tap of the class, k * dil = 4q + r, is
+// one GEMM
 //   acc[Cout, n] (+)= w_k[Cout, Cin] @ win[:, 4q : 4q + n]
 // (beta 0 for the first tap, 1 after). Every base and pitch is then 16-byte
 // aligned where Cin % 4 == 0, so cuBLAS can pick its Hopper kernels. Chunks
@@ -19,10 +19,10 @@
 //
 // Conv1d, dense, stride 1, K >= 2, on the tensor cores (conv1d_half_rows;
 // the text encoder, decoder and generator convs in both precisions): one
-// implicit-GEMM kernel, y[Cout, T] = W[Cout, K * Cin]
-// @ X[K * Cin, T] with X[(k, ci), t] = x[t + k * dil - pad, ci] never
-// materialised. Operands are FP16 with fp32 accumulation (mma.sync
-// m16n8k16): FP16 rather than BF16 for its 11-bit significand (the TF32
+// implicit-GEMM kernel, y[Cout, T] = W[Cout, K * Cin] @ X[K * Cin, T] with
+// X[(k, ci), t] = x[t + k * dil - pad, ci] never materialised. Operands are
+// FP16 with fp32 accumulation (mma.sync m16n8k16; wgmma on Hopper): FP16
+// rather than BF16 for its 11-bit significand (the TF32
 // precision at twice TF32's rate); the inputs are normalised activations and
 // folded weights, far inside FP16's range. The input comes as half rows
 // (half_rows.cuh: time-major [Tin, ld], ld = Cin rounded up to 8, written by

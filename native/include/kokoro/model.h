@@ -7,7 +7,8 @@
 //   so a forward pass computes every AdaIN/AdaLayerNorm style in one GEMV,
 //   and each attention's query, key, value linears stacked into the one
 //   linear "<attention>.qkv" (weight [3 * hidden, in], bias [3 * hidden]);
-//   for precision "fast" the weights of the tensor-core convs as FP16 only;
+//   the weights of the tensor-core convs as FP16 only (rounded for precision
+//   "fast", split into hi and lo parts for "fp32");
 // - Workspace: named device scratch buffers, allocated on first use and
 //   reused across calls, grown only when a longer input needs more (the old
 //   buffer is retired, freed once the owner's streams have drained, and the
