@@ -40,9 +40,10 @@
 // that leaves SMs idle (short inputs, the decoder's 1090-channel convs on few
 // frames), the reduction chunks are split over blocks that write partial
 // sums to `scratch`, added in a fixed order by a second kernel (repeatable
-// bits, no atomics). The epilogue scales the sums (the FP16 weights are
-// stored times a power of two, see conv_weight_to_half_rows), adds bias and
-// residual and stores y (fp32, channels-first) directly. Split operands
+// bits, no atomics). The epilogue stages the block's tile in shared memory,
+// then scales the sums (the FP16 weights are stored times a power of two,
+// see conv_weight_to_half_rows), adds bias and residual and stores y (fp32,
+// channels-first) a channel row at a time, coalesced. Split operands
 // (precision "fp32", ops.h HalfOperands) need no other kernel: the reduction
 // walks three chunks per 64 channels, x_hi w_hi, x_hi w_lo and x_lo w_hi,
 // into the same accumulators (three times the MMAs, float32-level sums).
@@ -437,6 +438,48 @@ struct Output {
     }
 };
 
+// The epilogue, staged: once the reduction is done (its shared buffers are
+// free), every thread writes its accumulators into a channel-major fp32
+// tile in shared memory, then each warp stores whole channel rows, lane l
+// at time steps l, l + 32, ...: coalesced stores (and residual loads) and
+// one bias load per row, where storing the accumulator fragments directly
+// scatters 4-byte stores over 8 rows per instruction (half the epilogue's
+// sectors wasted on the odd row pitches of the generator) with a bounds
+// test and a bias load per element. The pitch kTile + 4 makes the wgmma
+// layout's tile writes conflict-free (mma.sync's: two-way).
+template <int kTile>
+constexpr int kStagedPitch = kTile + 4;
+template <int kTile>
+constexpr size_t staged_tile_bytes() {
+    return sizeof(float) * size_t(kCoutTile) * kStagedPitch<kTile>;
+}
+
+// Waits for the block to leave the reduction (every copy landed, every
+// shared read done); the tile then overlays the pipeline's buffers.
+__device__ float* staged_tile(void* smem) {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    __syncthreads();
+    return reinterpret_cast<float*>(smem);
+}
+
+// After the tile is written: rows co0 .. co0 + 127 of y (or the split's
+// partial) from it, kThreads / 32 warps taking every kThreads / 32-th row.
+template <int kTile, int kThreads>
+__device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0, int co0) {
+    __syncthreads();
+    const Output out(a);
+    const int lane = threadIdx.x % 32;
+    for (int r = threadIdx.x / 32; r < kCoutTile && co0 + r < a.Cout; r += kThreads / 32) {
+        const int co = co0 + r;
+        const float bias = out.bias(co);
+        const float* row = tile + r * kStagedPitch<kTile>;
+#pragma unroll
+        for (int i = 0; i < kTile / 32; ++i) {
+            out.store(co, t0 + lane + 32 * i, row[lane + 32 * i], bias);
+        }
+    }
+}
+
 // ------------------------------------------------------------- mma.sync
 // A block computes 128 (Cout) x kTile (T) with 8 warps (64 x kTile / 4
 // each) of m16n8k16 MMAs, both operands by ldmatrix.
@@ -447,7 +490,9 @@ constexpr int kMTiles = kWarpM / 16;          // m16n8k16 tiles per warp along C
 
 template <int kTile>
 size_t mma_sync_smem_bytes(int halo) {
-    return sizeof(__half) * kPitch * (size_t(kStages) * kCoutTile + size_t(2) * (kTile + halo));
+    return std::max(staged_tile_bytes<kTile>(),
+                    sizeof(__half) * kPitch *
+                        (size_t(kStages) * kCoutTile + size_t(2) * (kTile + halo)));
 }
 
 // acc += a (16 x 16, row) @ b (16 x 8, col), FP16 in, fp32 accumulate.
@@ -509,23 +554,22 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
             }
         });
 
-    const Output out(a);
+    // acc[mi][ni][2 half + e]: channel wm + 16 mi + g + 8 half, time wn + 8 ni + 2 tq + e.
+    float* const tile = staged_tile(smem_vec);
     const int g = lane / 4, tq = lane % 4;
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            const int co = co0 + wm + mi * 16 + g + 8 * half;
-            const float bias = out.bias(co);
+            float* row = tile + (wm + mi * 16 + g + 8 * half) * kStagedPitch<kTile> + wn + 2 * tq;
 #pragma unroll
             for (int ni = 0; ni < kNTiles; ++ni) {
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    out.store(co, t0 + wn + ni * 8 + 2 * tq + e, acc[mi][ni][2 * half + e], bias);
-                }
+                for (int e = 0; e < 2; ++e) row[ni * 8 + e] = acc[mi][ni][2 * half + e];
             }
         }
     }
+    store_staged_tile<kTile, kMmaThreads>(a, tile, t0, co0);
 }
 
 // ---------------------------------------------------------------- wgmma
@@ -546,8 +590,9 @@ constexpr int kWeightStageHalves = kCoutTile * kBK;  // 16 KB
 
 template <int kGroups>
 size_t wgmma_smem_bytes(int halo) {
-    return kSwizzleAlign + sizeof(__half) * (size_t(kStages) * kWeightStageHalves +
-                                             size_t(2) * kPitch * (64 * kGroups + halo));
+    return std::max(staged_tile_bytes<64 * kGroups>(),
+                    kSwizzleAlign + sizeof(__half) * (size_t(kStages) * kWeightStageHalves +
+                                                      size_t(2) * kPitch * (64 * kGroups + halo)));
 }
 
 // The wgmma helpers exist in sm_90a device code only (the kernel's body too:
@@ -646,20 +691,18 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup)
         });
 
     // d[4 j + 2 h + e]: time row 16 w + g + 8 h, channel 8 j + 2 tq + e.
-    const Output out(a);
+    float* const tile = staged_tile(smem_vec);
     const int g = lane / 4, tq = lane % 4;
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-            const int co = co0 + 8 * j + 2 * tq + e;
-            const float bias = out.bias(co);
+            float* row = tile + (8 * j + 2 * tq + e) * kStagedPitch<kTile> + warp * 16 + g;
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                out.store(co, t0 + warp * 16 + g + 8 * h, d[4 * j + 2 * h + e], bias);
-            }
+            for (int h = 0; h < 2; ++h) row[8 * h] = d[4 * j + 2 * h + e];
         }
     }
+    store_staged_tile<kTile, kThreads>(a, tile, t0, co0);
 #else
     static_cast<void>(a);
 #endif
