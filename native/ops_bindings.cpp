@@ -27,6 +27,7 @@ namespace {
 using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
 using IntArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 using OptionalFloat = std::optional<FloatArray>;
+using DoubleArray = py::array_t<double, py::array::c_style | py::array::forcecast>;
 
 // One stream and one cuBLAS handle for every test call, created on first use
 // and deliberately never destroyed (the CUDA context may already be gone at
@@ -327,7 +328,7 @@ py::array_t<float> layer_norm(const FloatArray& x, bool channels_first, const Op
 
 py::array_t<float> adain(const FloatArray& x, const FloatArray& style, const std::string& act,
                          float slope, const OptionalFloat& alpha, bool in_place, bool half_rows,
-                         bool split) {
+                         bool split, const std::optional<DoubleArray>& partials) {
     require_ndim(x, 2, "x");
     const int C = dim(x, 0), T = dim(x, 1);
     require(int(style.size()) == 2 * C, "adain: style must hold 2C values");
@@ -347,11 +348,20 @@ py::array_t<float> adain(const FloatArray& x, const FloatArray& style, const std
         const int ld = ops::half_rows_pitch(C);
         const ops::HalfOperands form = half_form(split);
         auto rows = DeviceArray<__half>::poisoned(int64_t(ops::half_parts(form)) * T * ld);
+        ops::ChannelPartials given{};
+        std::optional<DeviceArray<double>> dp;
+        if (partials) {
+            require(partials->ndim() == 3 && dim(*partials, 0) == C &&
+                        dim(*partials, 2) == ops::kPartialDoubles && dim(*partials, 1) > 0,
+                    "adain: partials must be [C, parts > 0, 3]");
+            dp.emplace(DeviceArray<double>::from(*partials));
+            given = {dp->get(), dim(*partials, 1)};
+        }
         ops::adain_half_rows(dx.get(), rows.get(), C, T, ds.get(), activation, slope, da.get(),
-                             form, scratch.get(), stream());
+                             form, scratch.get(), stream(), given);
         return download_half_rows(rows, T, ld, form);
     }
-    require(!split, "adain: split applies to half_rows only");
+    require(!split && !partials, "adain: split and partials apply to half_rows only");
     DFloat y = DFloat::poisoned(in_place ? 0 : int64_t(x.size()));
     float* out = in_place ? dx.get() : y.get();
     ops::adain(dx.get(), out, C, T, ds.get(), activation, slope, da.get(), scratch.get(), stream());
@@ -438,6 +448,35 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
     ops::conv1d(context().blas, dx.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K, stride,
                 pad, dilation, groups, res_ptr, scratch.get(), stream(), gemm_math(math));
     return y.download({Cout, Tout});
+}
+
+// The tensor-core conv ("fp16" / "fp16x3" maths) with its statistics
+// partials of y: (y [Cout, Tout], partials [Cout, parts, 3] float64; parts 0
+// where the conv splits its reduction).
+py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalFloat& b, int pad,
+                       int dilation, const OptionalFloat& residual, const std::string& math) {
+    require_ndim(x, 2, "x");
+    require_ndim(w, 3, "w");
+    const int Cin = dim(x, 0), Tin = dim(x, 1), Cout = dim(w, 0), K = dim(w, 2);
+    require(dim(w, 1) == Cin && K >= 2, "conv1d_stats: w does not match x, or K < 2");
+    const std::optional<HalfMath> hm = half_math(math);
+    require(hm.has_value(), "conv1d_stats: math must be a tensor-core one, not " + math);
+    const int Tout = ops::conv1d_out_len(Tin, K, 1, pad, dilation);
+    require(Tout > 0, "conv1d_stats: input too short");
+    OptionalDevice db(b), dres(residual);
+    DFloat y = DFloat::poisoned(int64_t(Cout) * Tout);
+    const DeviceArray<__half> rows = half_rows_input(x, hm->form);
+    const HalfWeight dw = conv_weight_half(w, hm->form);
+    DFloat scratch(
+        ops::conv1d_half_rows_scratch_floats(Cin, Cout, Tin, K, pad, dilation, hm->form));
+    const int parts =
+        ops::conv1d_half_rows_stats_parts(Cin, Cout, Tin, K, pad, dilation, hm->form);
+    auto stats = DeviceArray<double>::poisoned(int64_t(Cout) * parts * ops::kPartialDoubles);
+    ops::conv1d_half_rows(rows.get(), dw.w.get(), dw.scale, db.get(), y.get(), Cin, Cout, Tin, K,
+                          pad, dilation, dres.get(), hm->form, scratch.get(), stream(),
+                          hm->kernel, parts > 0 ? stats.get() : nullptr);
+    return py::make_tuple(y.download({Cout, Tout}),
+                          stats.download({Cout, parts, ops::kPartialDoubles}));
 }
 
 // Milliseconds per call of `call`, from CUDA events around `repeats` calls
@@ -623,11 +662,14 @@ void register_ops(py::module_& m) {
           "beta"_a = py::none(), "style_gamma"_a = py::none(), "style_beta"_a = py::none(),
           "eps"_a = 1e-5f, "in_place"_a = false, "x_bias"_a = py::none());
     o.def("adain", &adain, "x"_a, "style"_a, "act"_a = "none", "slope"_a = 0.2f,
-          "alpha"_a = py::none(), "in_place"_a = false, "half_rows"_a = false, "split"_a = false);
+          "alpha"_a = py::none(), "in_place"_a = false, "half_rows"_a = false, "split"_a = false,
+          "partials"_a = py::none());
     o.def("to_half_rows", &to_half_rows, "x"_a, "split"_a = false);
     o.def("conv1d", &conv1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1, "pad"_a = 0,
           "dilation"_a = 1, "groups"_a = 1, "residual"_a = py::none(),
           "residual_in_place"_a = false, "math"_a = "fp32");
+    o.def("conv1d_stats", &conv1d_stats, "x"_a, "w"_a, "b"_a = py::none(), "pad"_a = 0,
+          "dilation"_a = 1, "residual"_a = py::none(), "math"_a = "fp16");
     o.def("conv1d_time_ms", &conv1d_time_ms, "x"_a, "w"_a, "b"_a, "pad"_a, "dilation"_a,
           "math"_a = "fp16", "repeats"_a = 20);
     o.def("conv_transpose1d", &conv_transpose1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1,

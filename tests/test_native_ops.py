@@ -449,6 +449,55 @@ def test_conv1d_fp16x3_keeps_small_weights() -> None:
         check(f"conv1d {math_name} tiny weights", gpu.conv1d(x, w, None, 1, 1, math=math_name), want, tol)
 
 
+@pytest.mark.parametrize("math_name", ["fp16", "fp16_mma_sync", "fp16x3", "fp16x3_mma_sync"])
+@pytest.mark.parametrize(
+    "case",
+    [(128, 128, 34001, 7, 9, 3), (256, 256, 20011, 3, 1, 1), (1090, 100, 33, 3, 1, 1)],
+    ids=lambda c: "x".join(map(str, c)),
+)
+def test_conv1d_statistics_partials(rng: np.random.Generator, case: tuple[int, ...], math_name: str) -> None:
+    """The conv's epilogue hands its output's statistics to the AdaIN after it: the
+    partials tile the time axis in order, each holds its piece's count, sum and squared
+    deviations of y as stored (float64), and AdaIN from them writes what AdaIN's own
+    statistics pass writes. A reduction split over blocks writes none."""
+    c_in, c_out, t_in, k, pad, dilation = case
+    x = f32(rng.standard_normal((c_in, t_in)) + 0.3)
+    w = f32(rng.standard_normal((c_out, c_in, k)) / math.sqrt(c_in * k))
+    b = f32(rng.standard_normal(c_out) + 2.0)  # an offset mean, as after a bias
+    t_out = t_in + 2 * pad - dilation * (k - 1)
+    residual = f32(rng.standard_normal((c_out, t_out)))
+    y, parts = gpu.conv1d_stats(x, w, b, pad, dilation, residual, math_name)
+    assert np.array_equal(y, gpu.conv1d(x, w, b, 1, pad, dilation, 1, residual, False, math_name))
+    assert parts.shape[0] == c_out and parts.shape[2] == 3
+    if c_in == 1090:  # one time tile: the reduction is split, no block sees final sums
+        assert parts.shape[1] == 0
+        return
+    counts = parts[:, :, 0]
+    assert np.all(counts == counts[0]) and np.all(counts >= 1) and counts[0].sum() == t_out
+    lengths = counts[0].astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    y64 = f64(y)
+    sums = np.add.reduceat(y64, starts, axis=1)
+    np.testing.assert_allclose(parts[:, :, 1], sums, rtol=1e-12, atol=1e-12 * np.abs(sums).max())
+    piece_means = np.repeat(sums / counts, lengths, axis=1)
+    m2 = np.add.reduceat((y64 - piece_means) ** 2, starts, axis=1)
+    np.testing.assert_allclose(parts[:, :, 2], m2, rtol=1e-10)
+    style = f32(rng.standard_normal(2 * c_out) * 0.5)
+    alpha = f32(rng.uniform(0.2, 2.0, c_out))
+    split = math_name.startswith("fp16x3")
+    own = gpu.adain(y, style, "snake", 0.2, alpha, half_rows=True, split=split)
+    given = gpu.adain(y, style, "snake", 0.2, alpha, half_rows=True, split=split, partials=parts)
+    values = (given[0] + given[1]) if split else given
+    check(f"adain from conv partials {math_name} {case}", values, (own[0] + own[1]) if split else own, 1e-6)
+    want = ref.adain(y64, f64(style), "snake", 0.2, f64(alpha))
+    check(
+        f"adain from conv partials {math_name} {case} vs float64",
+        values[:, :c_out].T,
+        want,
+        reduction_tol(t_out) if split else HALF_OPERAND_TOL,
+    )
+
+
 @pytest.mark.parametrize(
     "case",
     FAST_CONV1D_CASES[:3] + FAST_CONV1D_CASES[-4:-2] + [(130, 65, 77, 1, 0, 1)],

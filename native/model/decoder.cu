@@ -24,6 +24,7 @@ void adain_res_blk1d(const Context& ctx, const std::string& prefix, const float*
 
     // Residual: AdaIN + LeakyReLU, [depthwise x2 upsampler], conv, AdaIN + LeakyReLU, conv.
     float* hidden = ctx.floats("block.hidden", int64_t(c_out) * t_out);
+    ops::ChannelPartials hidden_stats{};
     if (upsample) {
         float* normed = ctx.floats("block.normed", int64_t(c_in) * T);
         ctx.adain(x, normed, c_in, T, prefix + ".norm1.fc", ops::Activation::kLeakyRelu,
@@ -32,13 +33,14 @@ void adain_res_blk1d(const Context& ctx, const std::string& prefix, const float*
         ctx.conv_transpose1d(prefix + ".pool", normed, pooled, c_in, c_in, T, 3, 2, 1, 1, c_in);
         ctx.conv1d(prefix + ".conv1", pooled, hidden, c_in, c_out, t_out, 3, 1, 1, 1, 1, true);
     } else {
-        ctx.adain_conv1d(x, hidden, c_in, c_out, T, prefix + ".norm1.fc",
-                         ops::Activation::kLeakyRelu, kLeakySlope, nullptr, prefix + ".conv1", 3,
-                         1);
+        hidden_stats = ctx.adain_conv1d(x, hidden, c_in, c_out, T, prefix + ".norm1.fc",
+                                        ops::Activation::kLeakyRelu, kLeakySlope, nullptr,
+                                        prefix + ".conv1", 3, 1, nullptr, {}, "block.hidden");
     }
     float* residual = ctx.floats("block.residual", int64_t(c_out) * t_out);
     ctx.adain_conv1d(hidden, residual, c_out, c_out, t_out, prefix + ".norm2.fc",
-                     ops::Activation::kLeakyRelu, kLeakySlope, nullptr, prefix + ".conv2", 3, 1);
+                     ops::Activation::kLeakyRelu, kLeakySlope, nullptr, prefix + ".conv2", 3, 1,
+                     nullptr, hidden_stats);
 
     // Shortcut: [nearest x2] -> [1x1 conv when the channel count changes].
     const float* shortcut = x;

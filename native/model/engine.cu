@@ -483,10 +483,13 @@ void Context::conv1d(const std::string& prefix, const float* x, float* y, int c_
                 residual, scratch, stream, gemm_math());
 }
 
-void Context::adain_conv1d(const float* x, float* y, int c_in, int c_out, int T,
-                           const std::string& fc_prefix, ops::Activation act, float slope,
-                           const float* alpha, const std::string& conv_prefix, int kernel,
-                           int dilation, const float* residual) const {
+ops::ChannelPartials Context::adain_conv1d(const float* x, float* y, int c_in, int c_out, int T,
+                                           const std::string& fc_prefix, ops::Activation act,
+                                           float slope, const float* alpha,
+                                           const std::string& conv_prefix, int kernel,
+                                           int dilation, const float* residual,
+                                           ops::ChannelPartials x_stats,
+                                           const char* y_stats_slot) const {
     const int pad = dilation * (kernel - 1) / 2;
     const std::string weight = conv_prefix + ".weight";
     if (!weights.has_half(weight)) {
@@ -494,25 +497,38 @@ void Context::adain_conv1d(const float* x, float* y, int c_in, int c_out, int T,
         adain(x, activated, c_in, T, fc_prefix, act, slope, alpha);
         conv1d(conv_prefix, activated, y, c_in, c_out, T, kernel, 1, pad, dilation, 1, true,
                residual);
-        return;
+        return {};
     }
     const DeviceWeights::HalfConv w =
         weights.get_half(weight, int64_t(c_out) * kernel * ops::half_rows_pitch(c_in));
     __half* rows = half_rows(c_in, T, w.form);
     ops::adain_half_rows(x, rows, c_in, T, style(fc_prefix, c_in), act, slope, alpha, w.form,
-                         adain_partials(c_in, T), stream);
-    conv1d_half_rows(w, rows, y, c_in, c_out, T, kernel, pad, dilation,
-                     weights.get(conv_prefix + ".bias", c_out), residual);
+                         adain_partials(c_in, T), stream, x_stats);
+    return conv1d_half_rows(w, rows, y, c_in, c_out, T, kernel, pad, dilation,
+                            weights.get(conv_prefix + ".bias", c_out), residual, y_stats_slot);
 }
 
-void Context::conv1d_half_rows(const DeviceWeights::HalfConv& w, const __half* rows, float* y,
-                               int c_in, int c_out, int t_in, int kernel, int pad, int dilation,
-                               const float* b, const float* residual) const {
+ops::ChannelPartials Context::conv1d_half_rows(const DeviceWeights::HalfConv& w,
+                                               const __half* rows, float* y, int c_in, int c_out,
+                                               int t_in, int kernel, int pad, int dilation,
+                                               const float* b, const float* residual,
+                                               const char* y_stats_slot) const {
     const int64_t scratch_floats =
         ops::conv1d_half_rows_scratch_floats(c_in, c_out, t_in, kernel, pad, dilation, w.form);
     float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
+    ops::ChannelPartials y_stats{};
+    if (y_stats_slot != nullptr) {
+        y_stats.parts =
+            ops::conv1d_half_rows_stats_parts(c_in, c_out, t_in, kernel, pad, dilation, w.form);
+        if (y_stats.parts > 0) {
+            y_stats.data = ws.doubles(std::string("ops.conv_stats.") + y_stats_slot + tag,
+                                      int64_t(c_out) * y_stats.parts * ops::kPartialDoubles);
+        }
+    }
     ops::conv1d_half_rows(rows, w.w, w.scale, b, y, c_in, c_out, t_in, kernel, pad, dilation,
-                          residual, w.form, scratch, stream);
+                          residual, w.form, scratch, stream, ops::HalfConvKernel::kBest,
+                          y_stats.data);
+    return y_stats;
 }
 
 void Context::conv_transpose1d(const std::string& prefix, const float* x, float* y, int c_in,

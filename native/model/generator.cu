@@ -44,18 +44,25 @@ constexpr int kConcurrentResblockFrames = 128;
 
 // AdaINResBlock1 `prefix`: out = block(x) on [C, T]; out may equal x. Three
 // times: AdaIN + Snake, dilated conv, AdaIN + Snake, conv, residual add.
+// Each conv hands its output's statistics to the AdaIN after it (two slots:
+// the hidden's partials are read before the next hidden's are written, and
+// likewise the block output's).
 void adain_resblock1(const Context& ctx, const std::string& prefix, const float* x, float* out,
                      int C, int T, int kernel, const std::vector<int>& dilations) {
     float* hidden = ctx.floats("resblock.hidden", int64_t(C) * T);
     const float* in = x;
+    ops::ChannelPartials in_stats{};
     for (size_t j = 0; j < dilations.size(); ++j) {
         const std::string idx = std::to_string(j);
-        ctx.adain_conv1d(in, hidden, C, C, T, prefix + ".adain1." + idx + ".fc",
-                         ops::Activation::kSnake, 0.f, ctx.w(prefix + ".alpha1." + idx, C),
-                         prefix + ".convs1." + idx, kernel, dilations[j]);
-        ctx.adain_conv1d(hidden, out, C, C, T, prefix + ".adain2." + idx + ".fc",
-                         ops::Activation::kSnake, 0.f, ctx.w(prefix + ".alpha2." + idx, C),
-                         prefix + ".convs2." + idx, kernel, 1, in);
+        const bool last = j + 1 == dilations.size();
+        const ops::ChannelPartials hidden_stats = ctx.adain_conv1d(
+            in, hidden, C, C, T, prefix + ".adain1." + idx + ".fc", ops::Activation::kSnake, 0.f,
+            ctx.w(prefix + ".alpha1." + idx, C), prefix + ".convs1." + idx, kernel, dilations[j],
+            nullptr, in_stats, "resblock.hidden");
+        in_stats = ctx.adain_conv1d(
+            hidden, out, C, C, T, prefix + ".adain2." + idx + ".fc", ops::Activation::kSnake, 0.f,
+            ctx.w(prefix + ".alpha2." + idx, C), prefix + ".convs2." + idx, kernel, 1, in,
+            hidden_stats, last ? nullptr : "resblock.out");
         in = out;
     }
 }

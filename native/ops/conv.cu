@@ -69,6 +69,7 @@
 
 #include <string>
 
+#include "kokoro/channel_stats.cuh"
 #include "kokoro/check.h"
 #include "kokoro/half_rows.cuh"
 #include "kokoro/ops.h"
@@ -274,7 +275,8 @@ constexpr int kCoutTile = 128;     // output channels per block
 // x_lo and w_lo hold the lo parts (null when rounded). grid (time tiles, Cout
 // tiles, splits): split z sums reduction chunks [z * chunks_per_split, (z +
 // 1) * chunks_per_split); with more than one split each writes its sum to
-// partial[z] ([Cout, Tout]) and split_sum_kernel finishes.
+// partial[z] ([Cout, Tout]) and split_sum_kernel finishes. stats (one split
+// only): y's statistics partials, one per time tile (blockIdx.x).
 struct ConvArgs {
     const __half* x;
     const __half* x_lo;
@@ -284,6 +286,7 @@ struct ConvArgs {
     const float* residual;
     float* y;
     float* partial;  // null: one split
+    double* stats;   // null: none
     float w_scale;
     int ld, Cout, Tin, Tout, K, pad, dilation, chunks_per_split;
 };
@@ -428,13 +431,14 @@ struct Output {
     // Loaded once per channel, not per element (the epilogue is a large
     // share of the short-reduction convs).
     __device__ float bias(int co) const { return b != nullptr && co < Cout ? b[co] : 0.f; }
-    // y[co, t] = scale * sum + bias (+ residual[co, t]).
-    __device__ void store(int co, int t, float sum, float bias) const {
-        if (co >= Cout || t >= Tout) return;
+    // y[co, t] = scale * sum + bias (+ residual[co, t]); returns it.
+    __device__ float store(int co, int t, float sum, float bias) const {
+        if (co >= Cout || t >= Tout) return 0.f;
         const int64_t i = int64_t(co) * Tout + t;
         float v = fmaf(sum, scale, bias);
         if (residual != nullptr) v += residual[i];
         y[i] = v;
+        return v;
     }
 };
 
@@ -446,7 +450,9 @@ struct Output {
 // scatters 4-byte stores over 8 rows per instruction (half the epilogue's
 // sectors wasted on the odd row pitches of the generator) with a bounds
 // test and a bias load per element. The pitch kTile + 4 makes the wgmma
-// layout's tile writes conflict-free (mma.sync's: two-way).
+// layout's tile writes conflict-free (mma.sync's: two-way). With stats, each
+// row's warp also writes the row's statistics partial over the tile's time
+// steps (the values as stored).
 template <int kTile>
 constexpr int kStagedPitch = kTile + 4;
 template <int kTile>
@@ -473,9 +479,14 @@ __device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0, 
         const int co = co0 + r;
         const float bias = out.bias(co);
         const float* row = tile + r * kStagedPitch<kTile>;
+        float v[kTile / 32];
 #pragma unroll
         for (int i = 0; i < kTile / 32; ++i) {
-            out.store(co, t0 + lane + 32 * i, row[lane + 32 * i], bias);
+            v[i] = out.store(co, t0 + lane + 32 * i, row[lane + 32 * i], bias);
+        }
+        if (a.stats != nullptr) {
+            warp_partial(v, min(kTile, a.Tout - t0),
+                         a.stats + (int64_t(co) * gridDim.x + blockIdx.x) * kPartialDoubles);
         }
     }
 }
@@ -918,10 +929,19 @@ int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int p
     return p.splits > 1 ? int64_t(p.splits) * Cout * Tout : 0;
 }
 
+int conv1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int pad, int dilation,
+                                 HalfOperands form) {
+    const int Tout = conv1d_out_len(Tin, K, 1, pad, dilation);
+    if (Cout == 0 || Tout <= 0) return 0;
+    const igemm::Plan p =
+        igemm::plan(igemm::current_gpu(), Cin, Cout, Tout, form == HalfOperands::kSplit);
+    return p.splits > 1 ? 0 : (Tout + p.tile - 1) / p.tile;
+}
+
 void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b, float* y,
                       int Cin, int Cout, int Tin, int K, int pad, int dilation,
                       const float* residual, HalfOperands form, float* scratch,
-                      cudaStream_t stream, HalfConvKernel kernel) {
+                      cudaStream_t stream, HalfConvKernel kernel, double* stats) {
     const int Tout = conv1d_out_len(Tin, K, 1, pad, dilation);
     if (Cout == 0 || Tout <= 0) return;
     if (K < 2) throw CudaError("conv1d_half_rows: needs K >= 2, got " + std::to_string(K));
@@ -929,6 +949,10 @@ void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const flo
     const int ld = half_rows_pitch(Cin);
     const igemm::Gpu gpu = igemm::current_gpu();
     const igemm::Plan p = igemm::plan(gpu, Cin, Cout, Tout, split);
+    if (stats != nullptr && p.splits > 1) {
+        throw CudaError("conv1d_half_rows: statistics asked of a split reduction (check "
+                        "conv1d_half_rows_stats_parts first)");
+    }
     igemm::ConvArgs args{};
     args.x = x;
     args.x_lo = split ? x + int64_t(Tin) * ld : nullptr;
@@ -938,6 +962,7 @@ void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const flo
     args.residual = residual;
     args.y = y;
     args.partial = p.splits > 1 ? scratch : nullptr;
+    args.stats = stats;
     args.w_scale = w_scale;
     args.ld = ld;
     args.Cout = Cout;

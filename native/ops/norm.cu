@@ -15,7 +15,8 @@
 // over many blocks, each combining its channel's partials in a fixed order
 // (no atomics: bit-for-bit repeatable) before the fused affine + activation.
 // Short rows take one fused block per channel. The half-rows variant (FP16
-// time-major output for the tensor-core conv) always runs pass 1, then one
+// time-major output for the tensor-core conv) runs pass 1 unless the
+// tensor's producer handed over its partials (channel_stats.cuh), then one
 // warp per channel turns the partials into the channel's affine + activation
 // parameters, then a transposing pass 2 (half_rows.cuh) applies them. Bodies move as float4 from
 // each row's first 16-byte boundary; heads and tails go scalar.
@@ -24,6 +25,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kokoro/channel_stats.cuh"
 #include "kokoro/check.h"
 #include "kokoro/half_rows.cuh"
 #include "kokoro/ops.h"
@@ -43,12 +45,6 @@ struct Affine {
         return v;
     }
 };
-
-template <typename T>
-__device__ T warp_sum(T v) {
-    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-}
 
 // One warp per row of x [rows, cols] (+ x_bias, when given, on every row).
 // The row is read once into registers (kRowsMaxPerLane per lane, all loads
@@ -129,8 +125,6 @@ constexpr int kAdainThreads = 256;
 constexpr int kStatsChunk = 4096;  // elements per statistics block; longer rows are split
 constexpr int kMaxParts = 64;      // statistics blocks per channel at most
 constexpr int kApplyVecs = 512;    // float4s per apply block (2 per thread)
-constexpr int kPartialDoubles = 3; // count, sum, sum of squared deviations
-static_assert(kMaxParts % 32 == 0, "the combining warp takes kMaxParts / 32 partials per lane");
 
 int stats_parts(int T) { return std::clamp((T + kStatsChunk - 1) / kStatsChunk, 1, kMaxParts); }
 
@@ -291,24 +285,17 @@ __global__ void adain_stats_kernel(AdainArgs a, double* partials) {
 // fixed shuffle tree, so every run adds in the same order. Returns (mean,
 // variance) in every lane.
 __device__ double2 combine_partials(const AdainArgs& a, const double* partials, int parts, int c) {
-    constexpr int kPerLane = kMaxParts / 32;
     const int lane = threadIdx.x % 32;
     const double* pc = partials + int64_t(c) * parts * kPartialDoubles;
-    double n[kPerLane], sums[kPerLane], m2s[kPerLane], sum = 0.0;
-    for (int k = 0; k < kPerLane; ++k) {
-        const int b = lane + 32 * k;
-        const bool live = b < parts;
-        n[k] = live ? pc[b * kPartialDoubles] : 0.0;
-        sums[k] = live ? pc[b * kPartialDoubles + 1] : 0.0;
-        m2s[k] = live ? pc[b * kPartialDoubles + 2] : 0.0;
-        sum += sums[k];
-    }
+    double sum = 0.0;
+    for (int b = lane; b < parts; b += 32) sum += pc[b * kPartialDoubles + 1];
     const double mean = warp_sum(sum) / a.T;
     double m2 = 0.0;
-    for (int k = 0; k < kPerLane; ++k) {
-        if (n[k] > 0) {
-            const double d = sums[k] - n[k] * mean;
-            m2 += m2s[k] + d * d / n[k];
+    for (int b = lane; b < parts; b += 32) {
+        const double n = pc[b * kPartialDoubles];
+        if (n > 0) {
+            const double d = pc[b * kPartialDoubles + 1] - n * mean;
+            m2 += pc[b * kPartialDoubles + 2] + d * d / n;
         }
     }
     return make_double2(mean, warp_sum(m2) / a.T);
@@ -406,17 +393,21 @@ void adain(const float* x, float* y, int C, int T, const float* style, Activatio
 
 void adain_half_rows(const float* x, __half* y, int C, int T, const float* style, Activation act,
                      float act_slope, const float* alpha, HalfOperands form, double* scratch,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, ChannelPartials given) {
     if (C == 0 || T == 0) return;
     const AdainArgs args{x, nullptr, C, T, style, act, act_slope, alpha, false};
-    const int parts = stats_parts(T);
-    adain_stats_kernel<<<dim3(unsigned(parts), unsigned(C)), kAdainThreads, 0, stream>>>(args,
-                                                                                       scratch);
-    KOKORO_CHECK_LAUNCH("adain_stats_kernel");
-    auto* apply = reinterpret_cast<ChannelApply*>(scratch + int64_t(C) * parts * kPartialDoubles);
+    const int own_parts = stats_parts(T);
+    const ChannelPartials stats = given.parts > 0 ? given : ChannelPartials{scratch, own_parts};
+    if (given.parts == 0) {
+        adain_stats_kernel<<<dim3(unsigned(own_parts), unsigned(C)), kAdainThreads, 0, stream>>>(
+            args, scratch);
+        KOKORO_CHECK_LAUNCH("adain_stats_kernel");
+    }
+    auto* apply =
+        reinterpret_cast<ChannelApply*>(scratch + int64_t(C) * own_parts * kPartialDoubles);
     constexpr int kWarps = kAdainThreads / 32;
     adain_finalize_kernel<<<unsigned((C + kWarps - 1) / kWarps), kAdainThreads, 0, stream>>>(
-        args, scratch, parts, apply);
+        args, stats.data, stats.parts, apply);
     KOKORO_CHECK_LAUNCH("adain_finalize_kernel");
     __half* y_lo = form == HalfOperands::kSplit ? y + int64_t(T) * half_rows_pitch(C) : nullptr;
     adain_half_rows_kernel<<<half_rows_grid(C, T), kHalfRowsThreads, 0, stream>>>(args, apply, y,

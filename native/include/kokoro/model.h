@@ -289,15 +289,26 @@ struct Context {
     // [c_in, T], then the dense stride-1 conv `conv_prefix` (with bias, same
     // length): y = conv(act(adain(x))) (+ residual). For a tensor-core conv
     // the activation is written straight as FP16 half rows; otherwise through
-    // an fp32 buffer. y may equal residual, not x.
-    void adain_conv1d(const float* x, float* y, int c_in, int c_out, int T,
-                      const std::string& fc_prefix, ops::Activation act, float slope,
-                      const float* alpha, const std::string& conv_prefix, int kernel,
-                      int dilation, const float* residual = nullptr) const;
-    // The tensor-core conv with weight `w` on half rows [t_in, ld] in w's form.
-    void conv1d_half_rows(const DeviceWeights::HalfConv& w, const __half* rows, float* y, int c_in,
-                          int c_out, int t_in, int kernel, int pad, int dilation, const float* b,
-                          const float* residual) const;
+    // an fp32 buffer. y may equal residual, not x. x_stats: x's statistics
+    // partials, as the conv that wrote x returned them (none: AdaIN computes
+    // them). y_stats_slot (may be null): a workspace slot for y's partials,
+    // for the AdaIN that reads y next; returns them, or none where the conv
+    // cannot write them (ops::conv1d_half_rows_stats_parts). A slot's
+    // partials live until the next call that names it.
+    ops::ChannelPartials adain_conv1d(const float* x, float* y, int c_in, int c_out, int T,
+                                      const std::string& fc_prefix, ops::Activation act,
+                                      float slope, const float* alpha,
+                                      const std::string& conv_prefix, int kernel, int dilation,
+                                      const float* residual = nullptr,
+                                      ops::ChannelPartials x_stats = {},
+                                      const char* y_stats_slot = nullptr) const;
+    // The tensor-core conv with weight `w` on half rows [t_in, ld] in w's
+    // form; y_stats_slot as adain_conv1d's.
+    ops::ChannelPartials conv1d_half_rows(const DeviceWeights::HalfConv& w, const __half* rows,
+                                          float* y, int c_in, int c_out, int t_in, int kernel,
+                                          int pad, int dilation, const float* b,
+                                          const float* residual,
+                                          const char* y_stats_slot = nullptr) const;
     // Workspace half rows for [c, t] in `form`.
     __half* half_rows(int c, int t, ops::HalfOperands form) const {
         return halves("ops.half_rows", int64_t(ops::half_parts(form)) * t * ops::half_rows_pitch(c));

@@ -147,12 +147,21 @@ enum class Activation { kNone = 0, kLeakyRelu = 1, kSnake = 2 };
 void adain(const float* x, float* y, int C, int T, const float* style, Activation act,
            float act_slope, const float* alpha, double* scratch, cudaStream_t stream);
 int64_t adain_scratch_doubles(int C, int T);
+// Per-channel statistics partials of a [C, T] tensor (channel_stats.cuh):
+// channel c's partial p at data[(c * parts + p) * 3] = {count, sum, sum of
+// squared deviations about the partial's mean}, in double. parts 0: none.
+constexpr int kPartialDoubles = 3;
+struct ChannelPartials {
+    double* data = nullptr;
+    int parts = 0;
+};
 // The same AdaIN + activation written as half rows y [T, half_rows_pitch(C)]
 // (FP16, pad columns zero; kSplit: hi rows, then lo rows) for the
-// tensor-core conv that follows.
+// tensor-core conv that follows. `given`: x's statistics partials as its
+// producer wrote them (conv1d_half_rows), which skips the statistics pass.
 void adain_half_rows(const float* x, __half* y, int C, int T, const float* style, Activation act,
                      float act_slope, const float* alpha, HalfOperands form, double* scratch,
-                     cudaStream_t stream);
+                     cudaStream_t stream, ChannelPartials given = {});
 
 // ------------------------------------------------------------------ conv.cu
 // Host-side: a PyTorch conv weight [A, B, K] in the device layout [A, K, B]
@@ -177,14 +186,23 @@ int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation);
 // the reduction is split over blocks; 0: may be null).
 // `kernel`: the best this build and GPU run (wgmma where the build holds
 // sm_90a code and the GPU is compute capability 9.0, else mma.sync), or
-// mma.sync everywhere (tests check both on Hopper).
+// mma.sync everywhere (tests check both on Hopper). `stats` (may be null):
+// the epilogue also writes y's statistics partials there (ChannelPartials,
+// conv1d_half_rows_stats_parts(...) per channel), for the AdaIN that reads y
+// next.
 enum class HalfConvKernel { kBest, kMmaSync };
 void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b, float* y,
                       int Cin, int Cout, int Tin, int K, int pad, int dilation,
                       const float* residual, HalfOperands form, float* scratch,
-                      cudaStream_t stream, HalfConvKernel kernel = HalfConvKernel::kBest);
+                      cudaStream_t stream, HalfConvKernel kernel = HalfConvKernel::kBest,
+                      double* stats = nullptr);
 int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int pad, int dilation,
                                         HalfOperands form);
+// The statistics partials per channel conv1d_half_rows writes (one per time
+// tile); 0 where it cannot (a reduction split over blocks: no block sees
+// its final sums).
+int conv1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int pad, int dilation,
+                                 HalfOperands form);
 // Host-side: a device-layout conv weight [A, K, B] (fp32) as the tensor-core
 // conv's FP16 [A, K, ld] (ld = half_rows_pitch(B), pad columns zero; kSplit:
 // hi, then lo), stored times a power of two that brings max |w| into [2^13,

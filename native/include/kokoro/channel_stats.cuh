@@ -1,0 +1,50 @@
+// Per-channel statistics partials: the hand-off between what produces a
+// [C, T] tensor and the AdaIN that normalises it over time (norm.cu). A
+// partial covers some time steps of one channel and holds, in double,
+// {count, sum, sum of squared deviations about its own mean} (two passes
+// within the partial: no E[x^2] - E[x]^2 cancellation); AdaIN combines a
+// channel's partials in a fixed order (Chan et al.), so the result does not
+// depend on who wrote them or how finely. AdaIN's own first pass writes
+// them, and so does the tensor-core conv's epilogue for its output (conv.cu),
+// which spares that pass a full read of the tensor. Layout:
+// ops::ChannelPartials.
+#pragma once
+
+#include <cstdint>
+
+namespace kokoro {
+
+// Sum over the warp's lanes, every lane gets it (a fixed shuffle tree).
+template <typename T>
+__device__ T warp_sum(T v) {
+    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+// One warp's partial over values v[i] at positions lane + 32 i, the first n
+// of them valid (1 <= n <= 32 kPerLane); lane 0 writes it to out.
+template <int kPerLane>
+__device__ void warp_partial(const float (&v)[kPerLane], int n, double* out) {
+    const int lane = threadIdx.x % 32;
+    double sum = 0.0;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        if (lane + 32 * i < n) sum += double(v[i]);
+    }
+    sum = warp_sum(sum);
+    const double mean = sum / n;
+    double m2 = 0.0;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        const double d = double(v[i]) - mean;
+        if (lane + 32 * i < n) m2 += d * d;
+    }
+    m2 = warp_sum(m2);
+    if (lane == 0) {
+        out[0] = n;
+        out[1] = sum;
+        out[2] = m2;
+    }
+}
+
+}  // namespace kokoro
