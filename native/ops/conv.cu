@@ -431,13 +431,15 @@ struct Output {
     // Loaded once per channel, not per element (the epilogue is a large
     // share of the short-reduction convs).
     __device__ float bias(int co) const { return b != nullptr && co < Cout ? b[co] : 0.f; }
-    // y[co, t] = scale * sum + bias (+ residual[co, t]); returns it.
-    __device__ float store(int co, int t, float sum, float bias) const {
-        if (co >= Cout || t >= Tout) return 0.f;
-        const int64_t i = int64_t(co) * Tout + t;
-        float v = fmaf(sum, scale, bias);
-        if (residual != nullptr) v += residual[i];
-        y[i] = v;
+    // residual[co, t]; 0 without one, or outside y.
+    __device__ float residual_at(int co, int t) const {
+        return residual != nullptr && co < Cout && t < Tout ? residual[int64_t(co) * Tout + t]
+                                                            : 0.f;
+    }
+    // y[co, t] = scale * sum + bias + residual (inside y); returns it.
+    __device__ float store(int co, int t, float sum, float bias, float res) const {
+        const float v = fmaf(sum, scale, bias) + res;
+        if (co < Cout && t < Tout) y[int64_t(co) * Tout + t] = v;
         return v;
     }
 };
@@ -469,24 +471,47 @@ __device__ float* staged_tile(void* smem) {
 }
 
 // After the tile is written: rows co0 .. co0 + 127 of y (or the split's
-// partial) from it, kThreads / 32 warps taking every kThreads / 32-th row.
+// partial) from it, warp w taking rows w, w + kWarps, ..., kRowBatch at a
+// time with every residual load of a batch issued before its stores (in
+// place, residual == y, the compiler could not move a load above an earlier
+// store, and each row would wait out a memory latency); the biases are
+// loaded before the barrier, lane l holding the bias of the warp's row l.
+constexpr int kRowBatch = 4;
 template <int kTile, int kThreads>
 __device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0, int co0) {
-    __syncthreads();
+    constexpr int kWarps = kThreads / 32, kRows = kCoutTile / kWarps, kPerLane = kTile / 32;
+    static_assert(kRows <= 32 && kRows % kRowBatch == 0, "a lane holds one row's bias");
     const Output out(a);
-    const int lane = threadIdx.x % 32;
-    for (int r = threadIdx.x / 32; r < kCoutTile && co0 + r < a.Cout; r += kThreads / 32) {
-        const int co = co0 + r;
-        const float bias = out.bias(co);
-        const float* row = tile + r * kStagedPitch<kTile>;
-        float v[kTile / 32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const float lane_bias = lane < kRows ? out.bias(co0 + warp + kWarps * lane) : 0.f;
+    __syncthreads();
+    for (int r0 = 0; r0 < kRows && co0 + warp + kWarps * r0 < a.Cout; r0 += kRowBatch) {
+        float res[kRowBatch][kPerLane], v[kRowBatch][kPerLane];
 #pragma unroll
-        for (int i = 0; i < kTile / 32; ++i) {
-            v[i] = out.store(co, t0 + lane + 32 * i, row[lane + 32 * i], bias);
+        for (int b = 0; b < kRowBatch; ++b) {
+#pragma unroll
+            for (int i = 0; i < kPerLane; ++i) {
+                res[b][i] = out.residual_at(co0 + warp + kWarps * (r0 + b), t0 + lane + 32 * i);
+            }
         }
-        if (a.stats != nullptr) {
-            warp_partial(v, min(kTile, a.Tout - t0),
-                         a.stats + (int64_t(co) * gridDim.x + blockIdx.x) * kPartialDoubles);
+#pragma unroll
+        for (int b = 0; b < kRowBatch; ++b) {
+            const int r = warp + kWarps * (r0 + b);
+            const float bias = __shfl_sync(0xffffffffu, lane_bias, r0 + b);
+#pragma unroll
+            for (int i = 0; i < kPerLane; ++i) {
+                v[b][i] = out.store(co0 + r, t0 + lane + 32 * i,
+                                    tile[r * kStagedPitch<kTile> + lane + 32 * i], bias, res[b][i]);
+            }
+        }
+        if (a.stats == nullptr) continue;
+#pragma unroll
+        for (int b = 0; b < kRowBatch; ++b) {
+            const int co = co0 + warp + kWarps * (r0 + b);
+            if (co < a.Cout) {
+                warp_partial(v[b], min(kTile, a.Tout - t0),
+                             a.stats + (int64_t(co) * gridDim.x + blockIdx.x) * kPartialDoubles);
+            }
         }
     }
 }

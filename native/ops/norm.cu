@@ -17,8 +17,9 @@
 // Short rows take one fused block per channel. The half-rows variant (FP16
 // time-major output for the tensor-core conv) runs pass 1 unless the
 // tensor's producer handed over its partials (channel_stats.cuh), then one
-// warp per channel turns the partials into the channel's affine + activation
-// parameters, then a transposing pass 2 (half_rows.cuh) applies them. Bodies move as float4 from
+// block per channel turns the partials into the channel's affine +
+// activation parameters, then a transposing pass 2 (half_rows.cuh) applies
+// them. Bodies move as float4 from
 // each row's first 16-byte boundary; heads and tails go scalar.
 #include <algorithm>
 #include <cmath>
@@ -280,49 +281,46 @@ __global__ void adain_stats_kernel(AdainArgs a, double* partials) {
     }
 }
 
-// Pass 2's statistics of channel c, by one warp: lane l takes partials l,
-// l + 32, ...; Chan et al.: m2 = sum of m2_b + n_b (mean_b - mean)^2; a
-// fixed shuffle tree, so every run adds in the same order. Returns (mean,
-// variance) in every lane.
-__device__ double2 combine_partials(const AdainArgs& a, const double* partials, int parts, int c) {
-    const int lane = threadIdx.x % 32;
+// Pass 2's statistics of channel c, by the whole block: thread i takes
+// partials i, i + blockDim.x, ...; Chan et al.: m2 = sum of m2_b + n_b
+// (mean_b - mean)^2; fixed reduction trees, so every run adds in the same
+// order. Returns (mean, variance) in every thread.
+__device__ double2 combine_partials(const AdainArgs& a, const double* partials, int parts, int c,
+                                    double* scratch) {
     const double* pc = partials + int64_t(c) * parts * kPartialDoubles;
     double sum = 0.0;
-    for (int b = lane; b < parts; b += 32) sum += pc[b * kPartialDoubles + 1];
-    const double mean = warp_sum(sum) / a.T;
+    for (int b = threadIdx.x; b < parts; b += blockDim.x) sum += pc[b * kPartialDoubles + 1];
+    const double mean = block_sum(sum, scratch) / a.T;
     double m2 = 0.0;
-    for (int b = lane; b < parts; b += 32) {
+    for (int b = threadIdx.x; b < parts; b += blockDim.x) {
         const double n = pc[b * kPartialDoubles];
         if (n > 0) {
             const double d = pc[b * kPartialDoubles + 1] - n * mean;
             m2 += pc[b * kPartialDoubles + 2] + d * d / n;
         }
     }
-    return make_double2(mean, warp_sum(m2) / a.T);
+    return make_double2(mean, block_sum(m2, scratch) / a.T);
 }
 
-// Long rows, pass 2: block (tile, c) combines the channel's partials (warp
-// 0), then applies its tile.
+// Long rows, pass 2: block (tile, c) combines the channel's partials, then
+// applies its tile.
 __global__ void adain_apply_kernel(AdainArgs a, const double* partials, int parts) {
-    __shared__ double2 stats;
+    __shared__ double scratch[kAdainThreads / 32];
     const int c = blockIdx.y;
-    if (threadIdx.x < 32) {
-        const double2 s = combine_partials(a, partials, parts, c);
-        if (threadIdx.x == 0) stats = s;
-    }
-    __syncthreads();
+    const double2 s = combine_partials(a, partials, parts, c, scratch);
     apply_piece(a, c, Piece(a.x + int64_t(c) * a.T, a.T, blockIdx.x, gridDim.x),
-                ChannelApply(a, c, stats.x, stats.y));
+                ChannelApply(a, c, s.x, s.y));
 }
 
-// Pass 2 into half rows, step 1: one warp per channel combines the partials
-// into the channel's ChannelApply (stored after the partials in scratch).
+// Pass 2 into half rows, step 1: block c combines channel c's partials into
+// its ChannelApply (stored after the partials in scratch). A block, not a
+// warp, per channel: a conv's partials (one per 128 steps) run to ~1000.
 __global__ void adain_finalize_kernel(AdainArgs a, const double* partials, int parts,
                                       ChannelApply* apply) {
-    const int c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (c >= a.C) return;
-    const double2 s = combine_partials(a, partials, parts, c);
-    if (threadIdx.x % 32 == 0) apply[c] = ChannelApply(a, c, s.x, s.y);
+    __shared__ double scratch[kAdainThreads / 32];
+    const int c = blockIdx.x;
+    const double2 s = combine_partials(a, partials, parts, c, scratch);
+    if (threadIdx.x == 0) apply[c] = ChannelApply(a, c, s.x, s.y);
 }
 
 // Step 2: block (time tiles, channel tile) writes its transposed tiles
@@ -405,9 +403,8 @@ void adain_half_rows(const float* x, __half* y, int C, int T, const float* style
     }
     auto* apply =
         reinterpret_cast<ChannelApply*>(scratch + int64_t(C) * own_parts * kPartialDoubles);
-    constexpr int kWarps = kAdainThreads / 32;
-    adain_finalize_kernel<<<unsigned((C + kWarps - 1) / kWarps), kAdainThreads, 0, stream>>>(
-        args, stats.data, stats.parts, apply);
+    adain_finalize_kernel<<<unsigned(C), kAdainThreads, 0, stream>>>(args, stats.data, stats.parts,
+                                                                      apply);
     KOKORO_CHECK_LAUNCH("adain_finalize_kernel");
     __half* y_lo = form == HalfOperands::kSplit ? y + int64_t(T) * half_rows_pitch(C) : nullptr;
     adain_half_rows_kernel<<<half_rows_grid(C, T), kHalfRowsThreads, 0, stream>>>(args, apply, y,
