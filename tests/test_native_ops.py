@@ -557,14 +557,23 @@ def test_adain_half_rows(rng: np.random.Generator, shape: tuple[int, int], act: 
     assert np.all(got[:, c:] == 0)
     want = ref.adain(f64(x), f64(style), act, 0.2, f64(alpha))
     check(f"adain half rows {act} {shape}", got[:, :c].T, want, HALF_OPERAND_TOL)
-    # Rounding of the same fp32 values: at most one FP16 step apart anywhere.
+    # Split: hi is the rounding of the fp32 op's values (at most one FP16 step apart
+    # anywhere), hi + lo holds them to float32 accuracy.
     fp32 = gpu.adain(x, style, act, 0.2, alpha if act == "snake" else None)
     step = np.spacing(np.abs(round_half(fp32.T)).astype(np.float16)).astype(np.float64)
-    assert np.all(np.abs(got[:, :c] - round_half(fp32.T)) <= step)
-    # Split: hi + lo holds the value to float32 accuracy, hi the same rounding.
     split = gpu.adain(x, style, act, 0.2, alpha if act == "snake" else None, half_rows=True, split=True)
     assert split.shape == (2, t_len, ld) and np.all(split[:, :, c:] == 0)
-    assert np.array_equal(split[0], got)
+    assert np.all(np.abs(split[0][:, :c] - round_half(fp32.T)) <= step)
+    # Rounded half rows: the same, up to the hardware sine's absolute error for Snake
+    # (they take __sinf, whose 11 bits it cannot disturb: ~2^-21 on [-pi, pi], growing
+    # with |arg| through its range reduction; Snake adds sin^2(a v) / a, so twice that
+    # over alpha); without Snake, hi itself.
+    if act == "snake":
+        arg = np.abs(ref.adain(f64(x), f64(style), None) * f64(alpha)[:, None])
+        step += (2 * 2.0**-20 * np.maximum(1.0, arg) / f64(alpha)[:, None]).T
+        assert np.all(np.abs(got[:, :c] - round_half(fp32.T)) <= step)
+    else:
+        assert np.array_equal(split[0], got)
     hi_lo = (split[0] + split[1])[:, :c].T
     check(f"adain half rows split {act} {shape}: hi + lo", hi_lo, want, reduction_tol(t_len))
 
