@@ -470,12 +470,14 @@ __device__ float* staged_tile(void* smem) {
     return reinterpret_cast<float*>(smem);
 }
 
-// After the tile is written: rows co0 .. co0 + 127 of y (or the split's
-// partial) from it, warp w taking rows w, w + kWarps, ..., kRowBatch at a
-// time with every residual load of a batch issued before its stores (in
-// place, residual == y, the compiler could not move a load above an earlier
-// store, and each row would wait out a memory latency); the biases are
-// loaded before the barrier, lane l holding the bias of the warp's row l.
+// After the thread's accumulators are in the tile: rows co0 .. co0 + 127 of
+// y (or the split's partial) from it, warp w taking rows w, w + kWarps, ...
+// Every residual value and bias the warp adds is loaded before the barrier,
+// all in flight together (64 values per thread, in the registers the
+// accumulators left): one memory latency per block, where loading per row
+// would wait out one per row (in place, residual == y, no load can move
+// above an earlier store). Lane l holds the bias of the warp's row l. The
+// statistics take kRowBatch rows at a time, whose reductions interleave.
 constexpr int kRowBatch = 4;
 template <int kTile, int kThreads>
 __device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0, int co0) {
@@ -484,16 +486,19 @@ __device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0, 
     const Output out(a);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const float lane_bias = lane < kRows ? out.bias(co0 + warp + kWarps * lane) : 0.f;
-    __syncthreads();
-    for (int r0 = 0; r0 < kRows && co0 + warp + kWarps * r0 < a.Cout; r0 += kRowBatch) {
-        float res[kRowBatch][kPerLane], v[kRowBatch][kPerLane];
+    float res[kRows][kPerLane];
 #pragma unroll
-        for (int b = 0; b < kRowBatch; ++b) {
+    for (int r = 0; r < kRows; ++r) {
 #pragma unroll
-            for (int i = 0; i < kPerLane; ++i) {
-                res[b][i] = out.residual_at(co0 + warp + kWarps * (r0 + b), t0 + lane + 32 * i);
-            }
+        for (int i = 0; i < kPerLane; ++i) {
+            res[r][i] = out.residual_at(co0 + warp + kWarps * r, t0 + lane + 32 * i);
         }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r0 = 0; r0 < kRows; r0 += kRowBatch) {
+        if (co0 + warp + kWarps * r0 >= a.Cout) break;  // rows ascend: the rest are past Cout
+        float v[kRowBatch][kPerLane];
 #pragma unroll
         for (int b = 0; b < kRowBatch; ++b) {
             const int r = warp + kWarps * (r0 + b);
@@ -501,7 +506,8 @@ __device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0, 
 #pragma unroll
             for (int i = 0; i < kPerLane; ++i) {
                 v[b][i] = out.store(co0 + r, t0 + lane + 32 * i,
-                                    tile[r * kStagedPitch<kTile> + lane + 32 * i], bias, res[b][i]);
+                                    tile[r * kStagedPitch<kTile> + lane + 32 * i], bias,
+                                    res[r0 + b][i]);
             }
         }
         if (a.stats == nullptr) continue;
@@ -680,8 +686,10 @@ __device__ void wgmma_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_
 }
 #endif
 
+// Four warpgroups per SM (two blocks of two, or four of one): at most 128
+// registers per thread.
 template <int kGroups>
-__global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup)
+__global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, 4 / kGroups)
     conv1d_wgmma_kernel(const ConvArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int kTile = 64 * kGroups;
