@@ -340,15 +340,19 @@ __device__ void ldmatrix_x4(uint32_t (&r)[4], const __half* p) {
 }
 
 // Input rows first .. first + rows - 1 of chunk c's channels into padded
-// shared rows; zero outside [0, Tin) and past ld. kThreads: the block's (a
-// compile-time stride lets the copy loops unroll).
+// shared rows; zero outside [0, Tin) and past ld. Thread i copies piece i %
+// 8 of rows i / 8, i / 8 + kThreads / 8, ...: its column, and so most of
+// its address, is fixed (the copies are issued every step: few
+// instructions each).
 template <int kThreads>
 __device__ void load_window(__half* dst, const ConvArgs& a, int first, int rows, int c) {
+    static_assert(kThreads % kPieces == 0, "a thread keeps one column");
     const Chunk chunk(a, c);
-    for (int v = threadIdx.x; v < rows * kPieces; v += kThreads) {
-        const int r = v / kPieces, col = v % kPieces * 8;
-        const int src = first + r, ci = chunk.ci0 + col;
-        const bool valid = src >= 0 && src < a.Tin && ci < a.ld;
+    const int col = threadIdx.x % kPieces * 8, ci = chunk.ci0 + col;
+    const bool col_valid = ci < a.ld;
+    for (int r = threadIdx.x / kPieces; r < rows; r += kThreads / kPieces) {
+        const int src = first + r;
+        const bool valid = col_valid && src >= 0 && src < a.Tin;
         cp_async16(dst + r * kPitch + col, valid ? chunk.x + int64_t(src) * a.ld + ci : a.x,
                    valid);
     }
@@ -356,20 +360,24 @@ __device__ void load_window(__half* dst, const ConvArgs& a, int first, int rows,
 
 // The weight tile w[co0 : co0 + 128, k, chunk c's 64 channels] into shared
 // rows: padded (mma.sync reads it by ldmatrix), or 128 dense bytes per row
-// with piece p of row r at p ^ (r % 8) (wgmma's 128-byte swizzle).
+// with piece p of row r at p ^ (r % 8) (wgmma's 128-byte swizzle). Thread i
+// copies piece i % 8 of rows i / 8 + j kThreads / 8, a fixed count.
 template <int kThreads, bool kSwizzle128>
 __device__ void load_weights(__half* dst, const ConvArgs& a, int co0, int k, int c) {
     constexpr int kRow = kSwizzle128 ? kBK : kPitch;
+    constexpr int kRowStep = kThreads / kPieces;
+    static_assert(kThreads % kPieces == 0 && kCoutTile % kRowStep == 0, "whole rows per pass");
     const Chunk chunk(a, c);
+    const int p = threadIdx.x % kPieces, ci = chunk.ci0 + p * 8;
+    const bool col_valid = ci < a.ld;
+    const __half* src = chunk.w + int64_t(k) * a.ld + ci;
     const int64_t w_pitch = int64_t(a.K) * a.ld;
 #pragma unroll
-    for (int v = threadIdx.x; v < kCoutTile * kPieces; v += kThreads) {
-        const int r = v / kPieces, p = v % kPieces;
-        const int co = co0 + r, ci = chunk.ci0 + p * 8;
-        const bool valid = co < a.Cout && ci < a.ld;
+    for (int r = threadIdx.x / kPieces; r < kCoutTile; r += kRowStep) {
+        const int co = co0 + r;
+        const bool valid = col_valid && co < a.Cout;
         const int slot = kSwizzle128 ? p ^ (r % 8) : p;
-        cp_async16(dst + r * kRow + slot * 8,
-                   valid ? chunk.w + co * w_pitch + int64_t(k) * a.ld + ci : a.w, valid);
+        cp_async16(dst + r * kRow + slot * 8, valid ? src + co * w_pitch : a.w, valid);
     }
 }
 
@@ -686,10 +694,10 @@ __device__ void wgmma_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_
 }
 #endif
 
-// Four warpgroups per SM (two blocks of two, or four of one): at most 128
-// registers per thread.
+// Two blocks of two warpgroups per SM (at most 128 registers per thread),
+// or three of one (their shared memory's limit).
 template <int kGroups>
-__global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, 4 / kGroups)
+__global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 ? 2 : 3)
     conv1d_wgmma_kernel(const ConvArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int kTile = 64 * kGroups;
