@@ -373,7 +373,8 @@ __device__ void load_weights(__half* dst, const ConvArgs& a, int co0, int k, int
     const __half* src = chunk.w + int64_t(k) * a.ld + ci;
     const int64_t w_pitch = int64_t(a.K) * a.ld;
 #pragma unroll
-    for (int r = threadIdx.x / kPieces; r < kCoutTile; r += kRowStep) {
+    for (int j = 0; j < kCoutTile / kRowStep; ++j) {
+        const int r = int(threadIdx.x) / kPieces + j * kRowStep;
         const int co = co0 + r;
         const bool valid = col_valid && co < a.Cout;
         const int slot = kSwizzle128 ? p ^ (r % 8) : p;
