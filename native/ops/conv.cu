@@ -347,14 +347,16 @@ __device__ void ldmatrix_x4(uint32_t (&r)[4], const __half* p) {
 template <int kThreads>
 __device__ void load_window(__half* dst, const ConvArgs& a, int first, int rows, int c) {
     static_assert(kThreads % kPieces == 0, "a thread keeps one column");
+    constexpr int kRowStep = kThreads / kPieces;
     const Chunk chunk(a, c);
     const int col = threadIdx.x % kPieces * 8, ci = chunk.ci0 + col;
     const bool col_valid = ci < a.ld;
-    for (int r = threadIdx.x / kPieces; r < rows; r += kThreads / kPieces) {
-        const int src = first + r;
-        const bool valid = col_valid && src >= 0 && src < a.Tin;
-        cp_async16(dst + r * kPitch + col, valid ? chunk.x + int64_t(src) * a.ld + ci : a.x,
-                   valid);
+    const int r0 = int(threadIdx.x) / kPieces;
+    int64_t src = int64_t(first + r0) * a.ld + ci;  // element offset of row r's piece
+    for (int r = r0; r < rows; r += kRowStep, src += int64_t(kRowStep) * a.ld) {
+        const int t = first + r;
+        const bool valid = col_valid && t >= 0 && t < a.Tin;
+        cp_async16(dst + r * kPitch + col, valid ? chunk.x + src : a.x, valid);
     }
 }
 
@@ -369,16 +371,19 @@ __device__ void load_weights(__half* dst, const ConvArgs& a, int co0, int k, int
     static_assert(kThreads % kPieces == 0 && kCoutTile % kRowStep == 0, "whole rows per pass");
     const Chunk chunk(a, c);
     const int p = threadIdx.x % kPieces, ci = chunk.ci0 + p * 8;
+    const int r0 = int(threadIdx.x) / kPieces;
     const bool col_valid = ci < a.ld;
-    const __half* src = chunk.w + int64_t(k) * a.ld + ci;
+    // Row r0 + j kRowStep's source: one base, then a fixed stride per copy.
     const int64_t w_pitch = int64_t(a.K) * a.ld;
+    const int64_t src = (co0 + r0) * w_pitch + int64_t(k) * a.ld + ci;
+    const int slot = kSwizzle128 ? p ^ (r0 % 8) : p;  // kRowStep % 8 == 0: the same per copy
+    static_assert(kRowStep % 8 == 0, "one swizzle slot per thread");
 #pragma unroll
     for (int j = 0; j < kCoutTile / kRowStep; ++j) {
-        const int r = int(threadIdx.x) / kPieces + j * kRowStep;
-        const int co = co0 + r;
-        const bool valid = col_valid && co < a.Cout;
-        const int slot = kSwizzle128 ? p ^ (r % 8) : p;
-        cp_async16(dst + r * kRow + slot * 8, valid ? src + co * w_pitch : a.w, valid);
+        const int r = r0 + j * kRowStep;
+        const bool valid = col_valid && co0 + r < a.Cout;
+        cp_async16(dst + r * kRow + slot * 8, valid ? chunk.w + src + j * kRowStep * w_pitch : a.w,
+                   valid);
     }
 }
 
