@@ -15,6 +15,10 @@
 
 #include <cuda_runtime.h>
 
+#include <memory>
+#include <utility>
+#include <vector>
+
 #include "kokoro/bindings.h"
 #include "kokoro/check.h"
 #include "kokoro/engine.h"
@@ -86,8 +90,14 @@ kokoro::Utterance utterance(const IdArray& ids, const FloatArray& ref_s, float s
             speed,      deterministic,                 seed};
 }
 
-py::tuple audio_and_durations(const kokoro::ForwardResult& result) {
-    py::array_t<float> audio(static_cast<py::ssize_t>(result.audio.size()), result.audio.data());
+// The audio moves into the NumPy array (a capsule owns it: no copy of
+// seconds of samples); the durations are copied.
+py::tuple audio_and_durations(kokoro::ForwardResult& result) {
+    auto samples = std::make_unique<std::vector<float>>(std::move(result.audio));
+    const py::capsule owner(samples.get(),
+                            [](void* p) { delete static_cast<std::vector<float>*>(p); });
+    const std::vector<float>& kept = *samples.release();  // the capsule's from here on
+    py::array_t<float> audio(static_cast<py::ssize_t>(kept.size()), kept.data(), owner);
     py::array_t<int64_t> durations(static_cast<py::ssize_t>(result.durations.size()),
                                    result.durations.data());
     return py::make_tuple(audio, durations);
@@ -140,7 +150,7 @@ py::list engine_forward_batch(kokoro::Engine& engine, const py::list& items, boo
         results = engine.forward_batch(utterances);
     }
     py::list out;
-    for (const kokoro::ForwardResult& r : results) out.append(audio_and_durations(r));
+    for (kokoro::ForwardResult& r : results) out.append(audio_and_durations(r));
     return out;
 }
 

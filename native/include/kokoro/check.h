@@ -50,6 +50,19 @@ inline void* device_alloc(size_t bytes, const char* what) {
     return p;
 }
 
+// cudaHostAlloc (page-locked host memory) with the same kind of error.
+inline void* pinned_alloc(size_t bytes, const char* what) {
+    void* p = nullptr;
+    cudaError_t status = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+    if (status != cudaSuccess) {
+        cudaGetLastError();
+        throw CudaError(std::string("allocating ") + std::to_string(bytes) +
+                        " bytes of page-locked host memory for " + what +
+                        " failed: " + cudaGetErrorString(status));
+    }
+    return p;
+}
+
 }  // namespace kokoro
 
 #define KOKORO_CUDA_CHECK(call) ::kokoro::check_cuda((call), #call)
