@@ -463,6 +463,9 @@ py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalF
     require(hm.has_value(), "conv1d_stats: math must be a tensor-core one, not " + math);
     const int Tout = ops::conv1d_out_len(Tin, K, 1, pad, dilation);
     require(Tout > 0, "conv1d_stats: input too short");
+    require(!residual || (residual->ndim() == 2 && dim(*residual, 0) == Cout &&
+                          dim(*residual, 1) == Tout),
+            "conv1d_stats: residual must be [Cout, Tout]");
     OptionalDevice db(b), dres(residual);
     DFloat y = DFloat::poisoned(int64_t(Cout) * Tout);
     const DeviceArray<__half> rows = half_rows_input(x, hm->form);

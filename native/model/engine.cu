@@ -25,7 +25,8 @@
 //     frames: alignment, shared LSTM, F0 stack || N stack, then
 //             [harmonic source + STFT, then each generator stage's source
 //             branch, on the side stream] || decoder, the generator's
-//             stages (each waits for its source branch); the audio is read back.
+//             stages (each waits for its source branch); the audio is read back
+//             (through the lane's page-locked buffer).
 //   Each phase runs as a CUDA graph replay once its key has been seen
 //   before (tokens: T; frames: T, F, deterministic); the seed reaches the
 //   source through device memory, so replays take a new one. A graph is

@@ -19,8 +19,8 @@
 // tensor's producer handed over its partials (channel_stats.cuh), then one
 // block per channel turns the partials into the channel's affine +
 // activation parameters, then a transposing pass 2 (half_rows.cuh) applies
-// them. Bodies move as float4 from
-// each row's first 16-byte boundary; heads and tails go scalar.
+// them. Bodies move as float4 from each row's first 16-byte boundary; heads
+// and tails go scalar.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -10,8 +10,6 @@
 // ops::ChannelPartials.
 #pragma once
 
-#include <cstdint>
-
 namespace kokoro {
 
 // Sum over the warp's lanes, every lane gets it (a fixed shuffle tree).
