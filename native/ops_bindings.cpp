@@ -417,6 +417,34 @@ DeviceArray<__half> half_rows_input(const FloatArray& x, ops::HalfOperands form)
     return rows;
 }
 
+// The fp16 paths' setup: x as half rows and w as FP16 (with its scale) in
+// the math's form, the split-sum scratch, and the call on them.
+struct HalfConv {
+    HalfMath math;
+    int Cin, Cout, Tin, K, pad, dilation;
+    DeviceArray<__half> rows;
+    HalfWeight w;
+    DFloat scratch;
+
+    HalfConv(const FloatArray& x, const FloatArray& w_, int pad_, int dilation_, HalfMath m)
+        : math(m),
+          Cin(dim(x, 0)),
+          Cout(dim(w_, 0)),
+          Tin(dim(x, 1)),
+          K(dim(w_, 2)),
+          pad(pad_),
+          dilation(dilation_),
+          rows(half_rows_input(x, m.form)),
+          w(conv_weight_half(w_, m.form)),
+          scratch(ops::conv1d_half_rows_scratch_floats(Cin, Cout, Tin, K, pad, dilation, m.form)) {}
+    void operator()(const float* b, float* y, const float* residual,
+                    double* stats = nullptr) const {
+        ops::conv1d_half_rows(rows.get(), w.w.get(), w.scale, b, y, Cin, Cout, Tin, K, pad,
+                              dilation, residual, math.form, scratch.get(), stream(), math.kernel,
+                              stats);
+    }
+};
+
 py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const OptionalFloat& b,
                           int stride, int pad, int dilation, int groups,
                           const OptionalFloat& residual, bool residual_in_place,
@@ -434,13 +462,7 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
     const float* res_ptr = res_into_y ? y.get() : dres.get();
     if (const std::optional<HalfMath> hm = half_math(math)) {
         require(stride == 1 && groups == 1 && K >= 2, "conv1d fp16: dense, stride 1, K >= 2 only");
-        const DeviceArray<__half> rows = half_rows_input(x, hm->form);
-        const HalfWeight dw = conv_weight_half(w, hm->form);
-        DFloat scratch(
-            ops::conv1d_half_rows_scratch_floats(Cin, Cout, Tin, K, pad, dilation, hm->form));
-        ops::conv1d_half_rows(rows.get(), dw.w.get(), dw.scale, db.get(), y.get(), Cin, Cout, Tin,
-                              K, pad, dilation, res_ptr, hm->form, scratch.get(), stream(),
-                              hm->kernel);
+        HalfConv(x, w, pad, dilation, *hm)(db.get(), y.get(), res_ptr);
         return y.download({Cout, Tout});
     }
     DFloat dx = DFloat::from(x), dw = conv_weight(w);
@@ -468,16 +490,11 @@ py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalF
             "conv1d_stats: residual must be [Cout, Tout]");
     OptionalDevice db(b), dres(residual);
     DFloat y = DFloat::poisoned(int64_t(Cout) * Tout);
-    const DeviceArray<__half> rows = half_rows_input(x, hm->form);
-    const HalfWeight dw = conv_weight_half(w, hm->form);
-    DFloat scratch(
-        ops::conv1d_half_rows_scratch_floats(Cin, Cout, Tin, K, pad, dilation, hm->form));
     const int parts =
         ops::conv1d_half_rows_stats_parts(Cin, Cout, Tin, K, pad, dilation, hm->form);
     auto stats = DeviceArray<double>::poisoned(int64_t(Cout) * parts * ops::kPartialDoubles);
-    ops::conv1d_half_rows(rows.get(), dw.w.get(), dw.scale, db.get(), y.get(), Cin, Cout, Tin, K,
-                          pad, dilation, dres.get(), hm->form, scratch.get(), stream(),
-                          hm->kernel, parts > 0 ? stats.get() : nullptr);
+    HalfConv(x, w, pad, dilation, *hm)(db.get(), y.get(), dres.get(),
+                                       parts > 0 ? stats.get() : nullptr);
     return py::make_tuple(y.download({Cout, Tout}),
                           stats.download({Cout, parts, ops::kPartialDoubles}));
 }
@@ -520,17 +537,8 @@ double conv1d_time_ms(const FloatArray& x, const FloatArray& w, const FloatArray
     DFloat y = DFloat::poisoned(int64_t(Cout) * Tout);
     if (const std::optional<HalfMath> hm = half_math(math)) {
         require(K >= 2, "conv1d_time_ms fp16: K >= 2 only");
-        const DeviceArray<__half> rows = half_rows_input(x, hm->form);
-        const HalfWeight dw = conv_weight_half(w, hm->form);
-        DFloat scratch(
-            ops::conv1d_half_rows_scratch_floats(Cin, Cout, Tin, K, pad, dilation, hm->form));
-        return time_ms(
-            [&] {
-                ops::conv1d_half_rows(rows.get(), dw.w.get(), dw.scale, db.get(), y.get(), Cin,
-                                      Cout, Tin, K, pad, dilation, nullptr, hm->form,
-                                      scratch.get(), stream(), hm->kernel);
-            },
-            repeats);
+        const HalfConv conv(x, w, pad, dilation, *hm);
+        return time_ms([&] { conv(db.get(), y.get(), nullptr); }, repeats);
     }
     DFloat dx = DFloat::from(x), dw = conv_weight(w);
     DFloat scratch(ops::conv1d_scratch_floats(Cin, Cout, Tin, K, 1, pad, dilation, 1));
