@@ -177,16 +177,32 @@ py::array_t<float> matmul(const FloatArray& a, const FloatArray& b, bool trans_a
     return c.download({M, N});
 }
 
+// split: ops::linear_split_half on w split at the host, as the engine's
+// fast precision uploads it; else ops::linear (plain fp32).
 py::array_t<float> linear(const FloatArray& x, const FloatArray& w, const OptionalFloat& b,
-                          const OptionalFloat& y0, float beta) {
+                          const OptionalFloat& y0, float beta, bool split) {
     require_ndim(x, 2, "x");
     require_ndim(w, 2, "w");
     const int rows = dim(x, 0), in = dim(x, 1), out = dim(w, 0);
     require(dim(w, 1) == in, "linear: w does not match x");
-    DFloat dx = DFloat::from(x), dw = DFloat::from(w);
+    DFloat dx = DFloat::from(x);
     OptionalDevice db(b);
     DFloat y = y0 ? DFloat::from(*y0) : DFloat::poisoned(int64_t(rows) * out);
-    ops::linear(context().blas, dx.get(), dw.get(), db.get(), y.get(), rows, in, out, stream(), beta);
+    if (split) {
+        const int pitch = ops::split_pitch(in);
+        std::vector<__half> host(size_t(2) * out * pitch);
+        const float scale = ops::linear_weight_to_split_half(w.data(), host.data(), out, in);
+        DeviceArray<__half> dw(int64_t(host.size())), x_split(2 * int64_t(rows) * pitch);
+        DFloat scratch(ops::linear_split_half_scratch_floats(rows, in, out));
+        KOKORO_CUDA_CHECK(cudaMemcpy(dw.get(), host.data(), host.size() * sizeof(__half),
+                                     cudaMemcpyHostToDevice));
+        ops::linear_split_half(dx.get(), x_split.get(), dw.get(), scale, db.get(), y.get(), rows,
+                               in, out, scratch.get(), stream(), beta);
+    } else {
+        DFloat dw = DFloat::from(w);
+        ops::linear(context().blas, dx.get(), dw.get(), db.get(), y.get(), rows, in, out, stream(),
+                    beta);
+    }
     return y.download({rows, out});
 }
 
@@ -655,7 +671,8 @@ void register_ops(py::module_& m) {
     py::module_ o = m.def_submodule(
         "ops", "Test bindings of the CUDA ops: NumPy in, NumPy out (outputs poisoned with NaN first).");
     o.def("matmul", &matmul, "a"_a, "b"_a, "trans_a"_a = false, "trans_b"_a = false);
-    o.def("linear", &linear, "x"_a, "w"_a, "b"_a = py::none(), "y0"_a = py::none(), "beta"_a = 0.f);
+    o.def("linear", &linear, "x"_a, "w"_a, "b"_a = py::none(), "y0"_a = py::none(), "beta"_a = 0.f,
+          "split"_a = false);
     o.def("albert_embeddings", &albert_embeddings, "ids"_a, "word"_a, "pos"_a = py::none(),
           "type0"_a = py::none());
     o.def("gelu_new", &gelu_new, "x"_a, "bias"_a = py::none());

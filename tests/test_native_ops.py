@@ -115,6 +115,35 @@ def test_linear_accumulates_with_beta(rng: np.random.Generator) -> None:
     check("linear beta=0.5", gpu.linear(x, w, b, y0, 0.5), want, SHORT_REDUCTION_TOL)
 
 
+@pytest.mark.parametrize(
+    "rows,d_in,d_out", [(1, 1, 1), (32, 768, 2304), (159, 2048, 768), (502, 100, 130), (600, 256, 2304)]
+)
+def test_linear_split_half(rng: np.random.Generator, rows: int, d_in: int, d_out: int) -> None:
+    """Fast precision's ALBERT linears: split FP16 operands on the tensor cores, as accurate as SGEMM.
+
+    Weights of ALBERT's small scale (FP16's underflow would cost their low bits without the
+    power-of-two scaling), a few outlier input dimensions as ALBERT's hidden states have (the
+    tensor cores' truncating accumulation over a whole row would lose the small terms next to
+    them), a reduction that is not a multiple of the 64-wide chunks, partial tiles, reductions
+    split over blocks (all but the last shape), bias and beta.
+    Rounded FP16 operands alone would be ~1e-3 off.
+    """
+    x = f32(rng.standard_normal((rows, d_in)) * 3)
+    x[:, ::97] *= 40
+    w = f32(rng.standard_normal((d_out, d_in)) * 2e-4)
+    b, y0 = f32(rng.standard_normal(d_out) * 1e-3), f32(rng.standard_normal((rows, d_out)) * 1e-3)
+    want = ref.linear(f64(x), f64(w), f64(b)) + 0.5 * f64(y0)
+    got = gpu.linear(x, w, b, y0, 0.5, split=True)
+    check(f"linear split {rows}x{d_in}->{d_out}", got, want, reduction_tol(d_in))
+    err, sgemm_err = rel_error(got, want), rel_error(gpu.linear(x, w, b, y0, 0.5), want)
+    print(f"  split {err:.2e} vs SGEMM {sgemm_err:.2e}")
+    assert err <= max(2 * sgemm_err, 1e-7)
+    if d_in > 1:
+        w_half = f64((w * 2**20).astype(np.float16)) / 2**20
+        rounded = f64(x.astype(np.float16)) @ w_half.T + f64(b) + 0.5 * f64(y0)
+        assert rel_error(rounded, want) > 5 * reduction_tol(d_in), "the rounded-FP16 contrast is too weak"
+
+
 # ------------------------------------------------------------- elementwise
 
 

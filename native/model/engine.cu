@@ -123,6 +123,14 @@ int64_t HostTensor::numel() const {
 
 // ------------------------------------------------------------- DeviceWeights
 
+bool DeviceWeights::split_linear(const std::string& name, size_t dims) {
+    const std::string suffix = ".weight";
+    const bool weight = name.size() > suffix.size() &&
+                        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return dims == 2 && weight &&
+           (name.rfind("bert.encoder.", 0) == 0 || name == "bert_encoder.weight");
+}
+
 bool DeviceWeights::half_only(const std::string& name, int c_in) {
     return c_in >= kMinHalfChannels && name.rfind("predictor.", 0) != 0 &&
            name.find(".ups.") == std::string::npos;
@@ -148,6 +156,16 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
         total += round_up(static_cast<size_t>(count), kArenaAlignFloats);
         return offset;
     };
+    // Linear weight w [out, in] as split FP16 only (split_linear).
+    const bool split_linears = form == ops::HalfOperands::kRounded;
+    auto place_split = [&](const std::string& name, const float* w, int64_t out, int64_t in) {
+        const int64_t n = 2 * out * ops::split_pitch(int(in));
+        const size_t at = halves.size();
+        half_offsets[name] = at;
+        halves.resize(round_up(at + size_t(n), kArenaAlignFloats * 2));
+        split_entries_[name] = {
+            nullptr, n, ops::linear_weight_to_split_half(w, halves.data() + at, int(out), int(in))};
+    };
     auto find = [&](const std::string& name) -> const HostTensor& {
         auto it = host.find(name);
         if (it == host.end()) throw WeightsError("the weights lack tensor '" + name + "'");
@@ -169,6 +187,8 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
             attention_prefixes.insert(m[1]);
         } else if (std::regex_match(name, m, style_fc_name)) {
             style_prefixes[static_cast<int>(style_half_of(name))].insert(m[1]);
+        } else if (split_linears && split_linear(name, tensor.shape.size())) {
+            place_split(name, tensor.data, tensor.shape[0], tensor.shape[1]);
         } else if (name.rfind("bert.pooler.", 0) != 0) {  // the pooler is unused
             const float* src = tensor.data;
             if (tensor.shape.size() == 3 && tensor.shape[2] > 1) {  // a conv weight
@@ -252,15 +272,25 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
             rows += shape[0];
         }
         const int64_t in = w[0]->shape[1];
-        const size_t w_offset = place(rows * in), b_offset = place(rows);
+        const bool split = split_linears && split_linear(name + ".weight", 2);
+        const size_t w_offset = split ? 0 : place(rows * in), b_offset = place(rows);
+        std::vector<float> stacked(split ? size_t(rows * in) : 0);
         int64_t row = 0;
         for (size_t i = 0; i < parts.size(); ++i) {
-            pieces.push_back({w_offset + size_t(row * in), w[i]->data, w[i]->numel()});
+            if (split) {
+                std::copy_n(w[i]->data, w[i]->numel(), stacked.begin() + row * in);
+            } else {
+                pieces.push_back({w_offset + size_t(row * in), w[i]->data, w[i]->numel()});
+            }
             pieces.push_back({b_offset + size_t(row), b[i]->data, b[i]->numel()});
             row += b[i]->numel();
         }
-        offsets[name + ".weight"] = w_offset;
-        entries_[name + ".weight"] = {nullptr, rows * in};
+        if (split) {
+            place_split(name + ".weight", stacked.data(), rows, in);
+        } else {
+            offsets[name + ".weight"] = w_offset;
+            entries_[name + ".weight"] = {nullptr, rows * in};
+        }
         offsets[name + ".bias"] = b_offset;
         entries_[name + ".bias"] = {nullptr, rows};
     };
@@ -304,11 +334,13 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
     for (auto& [name, entry] : entries_) entry.ptr = arena + offsets[name];
     if (!halves.empty()) {
         const size_t half_bytes = halves.size() * sizeof(__half);
-        half_arena_.reset(static_cast<__half*>(device_alloc(half_bytes, "the FP16 conv weights")));
+        half_arena_.reset(static_cast<__half*>(device_alloc(half_bytes, "the FP16 weights")));
         KOKORO_CUDA_CHECK(
             cudaMemcpy(half_arena_.get(), halves.data(), half_bytes, cudaMemcpyHostToDevice));
         bytes_ += half_bytes;
-        for (auto& [name, entry] : half_entries_) entry.ptr = half_arena_.get() + half_offsets[name];
+        for (auto* entries : {&half_entries_, &split_entries_}) {
+            for (auto& [name, entry] : *entries) entry.ptr = half_arena_.get() + half_offsets[name];
+        }
     }
     for (const auto& [prefix, lo] : lstm_offsets) {
         lstms_[prefix] = {arena + lo.w_ih, arena + lo.w_hh, arena + lo.b, lo.in, lo.hidden};
@@ -322,8 +354,10 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
 const float* DeviceWeights::get(const std::string& name, int64_t numel) const {
     auto it = entries_.find(name);
     if (it == entries_.end()) {
-        throw WeightsError(has_half(name)
-                               ? "tensor '" + name + "' is kept as FP16 only (a tensor-core conv's)"
+        throw WeightsError(has_half(name) ? "tensor '" + name +
+                                                "' is kept as FP16 only (a tensor-core conv's)"
+                           : has_split_linear(name)
+                               ? "tensor '" + name + "' is kept as split FP16 only"
                                : "the weights lack tensor '" + name + "'");
     }
     if (it->second.numel != numel) {
@@ -344,6 +378,17 @@ DeviceWeights::HalfConv DeviceWeights::get_half(const std::string& name, int64_t
                            std::to_string(numel));
     }
     return {it->second.ptr, it->second.scale, half_form_};
+}
+
+DeviceWeights::SplitLinear DeviceWeights::get_split_linear(const std::string& name, int out,
+                                                           int in) const {
+    auto it = split_entries_.find(name);
+    if (it == split_entries_.end()) throw WeightsError("no split FP16 copy of tensor '" + name + "'");
+    if (it->second.numel != 2 * int64_t(out) * ops::split_pitch(in)) {
+        throw WeightsError("the split FP16 copy of '" + name + "' does not match [" +
+                           std::to_string(out) + ", " + std::to_string(in) + "]");
+    }
+    return {it->second.ptr, it->second.scale};
 }
 
 DeviceWeights::Lstm DeviceWeights::lstm(const std::string& prefix) const {
@@ -546,9 +591,19 @@ void Context::conv_transpose1d(const std::string& prefix, const float* x, float*
 
 void Context::linear(const std::string& prefix, const float* x, float* y, int rows, int in, int out,
                      float beta, bool with_bias) const {
-    ops::linear(blas, x, weights.get(prefix + ".weight", int64_t(out) * in),
-                with_bias ? weights.get(prefix + ".bias", out) : nullptr, y, rows, in, out, stream,
-                beta, gemm_math());
+    const std::string weight = prefix + ".weight";
+    const float* b = with_bias ? weights.get(prefix + ".bias", out) : nullptr;
+    if (weights.has_split_linear(weight)) {
+        const DeviceWeights::SplitLinear w = weights.get_split_linear(weight, out, in);
+        __half* x_split = halves("ops.split_rows", 2 * int64_t(rows) * ops::split_pitch(in));
+        float* scratch =
+            floats("ops.split_partials", ops::linear_split_half_scratch_floats(rows, in, out));
+        ops::linear_split_half(x, x_split, w.w, w.scale, b, y, rows, in, out, scratch, stream,
+                               beta);
+        return;
+    }
+    ops::linear(blas, x, weights.get(weight, int64_t(out) * in), b, y, rows, in, out, stream, beta,
+                gemm_math());
 }
 
 void Context::lstm(const std::string& prefix, const float* x, float* out, int T) const {

@@ -72,6 +72,7 @@
 #include "kokoro/channel_stats.cuh"
 #include "kokoro/check.h"
 #include "kokoro/half_rows.cuh"
+#include "kokoro/mma.cuh"
 #include "kokoro/ops.h"
 
 namespace kokoro::ops {
@@ -318,27 +319,6 @@ struct Chunk {
     }
 };
 
-__device__ uint32_t smem_addr(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte cp.async, zero filled when !valid (src is then not read).
-__device__ void cp_async16(__half* dst, const __half* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-__device__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-// Waits until at most one committed group is still in flight.
-__device__ void cp_async_wait_all_but_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
-
-// Four 8 x 8 FP16 matrices from shared memory; lane l gives the address of
-// row l % 8 of matrix l / 8.
-__device__ void ldmatrix_x4(uint32_t (&r)[4], const __half* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
 // Input rows first .. first + rows - 1 of chunk c's channels into padded
 // shared rows; zero outside [0, Tin) and past ld. Thread i copies piece i %
 // 8 of rows i / 8, i / 8 + kThreads / 8, ...: its column, and so most of
@@ -410,7 +390,7 @@ __device__ void reduction_pipeline(const ConvArgs& a, Issue issue, Compute compu
     int next_c = c_first, next_k = 1;  // the step issued last
     int c = c_first, k = 0;            // the step computed
     for (int s = 0; s < steps; ++s) {
-        cp_async_wait_all_but_one();
+        cp_async_wait<1>();
         if (kAsyncProxy) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
         if (++next_k == a.K) {
@@ -549,15 +529,6 @@ size_t mma_sync_smem_bytes(int halo) {
     return std::max(staged_tile_bytes<kTile>(),
                     sizeof(__half) * kPitch *
                         (size_t(kStages) * kCoutTile + size_t(2) * (kTile + halo)));
-}
-
-// acc += a (16 x 16, row) @ b (16 x 8, col), FP16 in, fp32 accumulate.
-__device__ void mma_f16(float (&acc)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 template <int kTile>
@@ -886,12 +857,7 @@ void conv_weight_to_device_layout(const float* src, float* dst, int64_t A, int B
 float conv_weight_to_half_rows(const float* src, __half* dst, int64_t A, int K, int B,
                                HalfOperands form) {
     const int ld = half_rows_pitch(B);
-    float most = 0.f;
-    for (int64_t i = 0; i < A * K * B; ++i) most = std::max(most, std::fabs(src[i]));
-    int exponent = 0;  // most = f * 2^exponent, f in [0.5, 1)
-    std::frexp(most, &exponent);
-    const int shift = most > 0.f ? std::clamp(14 - exponent, -100, 100) : 0;
-    const float up = std::ldexp(1.f, shift);
+    const float up = half_weight_upscale(src, A * K * B);
     __half* lo = form == HalfOperands::kSplit ? dst + A * K * ld : nullptr;
     for (int64_t r = 0; r < A * K; ++r) {
         for (int i = 0; i < ld; ++i) {
@@ -901,7 +867,15 @@ float conv_weight_to_half_rows(const float* src, __half* dst, int64_t A, int K, 
             if (lo != nullptr) lo[r * ld + i] = __float2half_rn(v - __half2float(hi));
         }
     }
-    return std::ldexp(1.f, -shift);
+    return 1.f / up;  // exact: a power of two
+}
+
+float half_weight_upscale(const float* w, int64_t n) {
+    float most = 0.f;
+    for (int64_t i = 0; i < n; ++i) most = std::max(most, std::fabs(w[i]));
+    int exponent = 0;  // most = f * 2^exponent, f in [0.5, 1)
+    std::frexp(most, &exponent);
+    return most > 0.f ? std::ldexp(1.f, std::clamp(14 - exponent, -100, 100)) : 1.f;
 }
 
 int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation) {

@@ -8,7 +8,25 @@
 // default math, no TF32); kTf32 is cublasGemmEx with
 // CUBLAS_COMPUTE_32F_FAST_TF32 on the same fp32 buffers (tensor cores, fp32
 // accumulation).
+// linear_split_half is fast precision's float32-level GEMM on the tensor
+// cores (ops.h says why its accumulation is its own): both operands split
+// into FP16 hi + lo parts, the weight once at upload (host), x per call by
+// split_rows_kernel; w's power-of-two scaling (away from FP16's underflow)
+// is undone in the epilogue, exactly. The kernel is a plain mma.sync GEMM:
+// 64 x 64 output tiles, 4 warps of 32 x 32, one 64-wide reduction chunk of
+// one operand-part product per pipeline step (4 cp.async stages, 144-byte
+// padded shared rows: ldmatrix conflict-free); every third step ends a
+// chunk, whose sums move from the MMA accumulators into fp32 registers.
+// ALBERT's shapes give few tiles (12 - 36 at 32 rows), and a block's steps
+// are bound by the latency of its copies, so the reduction is split over
+// blocks until the grid has two blocks per SM; the splits' sums are then
+// added in a fixed order (deterministic) by split_sum_kernel.
+#include <algorithm>
+
+#include <cuda_fp16.h>
+
 #include "kokoro/check.h"
+#include "kokoro/mma.cuh"
 #include "kokoro/ops.h"
 
 namespace kokoro::ops {
@@ -19,6 +37,178 @@ __global__ void add_bias_columns_kernel(float* y, const float* b, int64_t n, int
     const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (i < n) y[i] += b[i % cols];
 }
+
+// x [rows, in] -> x_split [2, rows, pitch]: hi, then lo; zero past `in`.
+__global__ void split_rows_kernel(const float* x, __half* x_split, int rows, int in, int pitch) {
+    const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    const int64_t n = int64_t(rows) * pitch;
+    if (i >= n) return;
+    const int k = int(i % pitch);
+    const float v = k < in ? x[i / pitch * in + k] : 0.f;
+    const __half hi = __float2half_rn(v);
+    x_split[i] = hi;
+    x_split[n + i] = __float2half_rn(v - __half2float(hi));
+}
+
+namespace split_gemm {
+
+constexpr int kTile = 64;  // output rows and columns per block
+constexpr int kBK = kSplitChunk;
+constexpr int kPitch = kBK + 8;  // halves per padded shared row: 144 bytes
+constexpr int kStages = 4;
+constexpr int kThreads = 128;
+constexpr int kStageHalves = 2 * kTile * kPitch;  // x tile, then w tile
+constexpr size_t kSmemBytes = sizeof(__half) * kStages * kStageHalves;
+
+// partial null: one split, the kernel writes y; else split z writes its
+// unscaled sums over chunks [z * chunks_per_split, ...) to partial[z]
+// ([rows, out]) and split_sum_kernel finishes.
+struct Args {
+    const __half* x;  // [2, rows, pitch]
+    const __half* w;  // [2, out, pitch]
+    const float* b;
+    float* y;
+    float* partial;
+    float w_scale, beta;
+    int rows, out, pitch, chunks_per_split;
+};
+
+struct Plan {
+    int splits, chunks_per_split;
+};
+
+Plan plan(int rows, int in, int out) {
+    int device = 0, sms = 0;
+    KOKORO_CUDA_CHECK(cudaGetDevice(&device));
+    KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int chunks = split_pitch(in) / kBK;
+    const int tiles = ((out + kTile - 1) / kTile) * ((rows + kTile - 1) / kTile);
+    const int wanted = std::max(1, (2 * sms + tiles - 1) / tiles);
+    const int per = (chunks + wanted - 1) / wanted;
+    return {(chunks + per - 1) / per, per};
+}
+
+// y = w_scale * (sum of the splits' partials, in split order) (+ beta * y) (+ b).
+__global__ void split_sum_kernel(const float* partial, int splits, const float* b, float* y,
+                                 int64_t n, int out, float w_scale, float beta) {
+    const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (i >= n) return;
+    float sum = partial[i];
+    for (int z = 1; z < splits; ++z) sum += partial[z * n + i];
+    float v = sum * w_scale;
+    if (beta != 0.f) v += beta * y[i];
+    if (b != nullptr) v += b[i % out];
+    y[i] = v;
+}
+
+// Step s's tiles into `stage`: chunk s / 3, product s % 3 (x_hi w_hi, x_hi
+// w_lo, x_lo w_hi; x_lo w_lo, ~2^-22 relative, is left out). Thread i copies
+// piece i % 8 of rows i / 8 + 16 j of both tiles; rows past the matrices are
+// zero filled.
+__device__ void load_step(__half* stage, const Args& a, int m0, int n0, int s) {
+    const int part = s % 3, k0 = s / 3 * kBK + threadIdx.x % 8 * 8;
+    const __half* x = a.x + (part == 2 ? int64_t(a.rows) * a.pitch : 0) + k0;
+    const __half* w = a.w + (part == 1 ? int64_t(a.out) * a.pitch : 0) + k0;
+    __half* xs = stage + threadIdx.x % 8 * 8;
+    __half* ws = xs + kTile * kPitch;
+#pragma unroll
+    for (int j = 0; j < kTile * 8 / kThreads; ++j) {
+        const int r = threadIdx.x / 8 + j * (kThreads / 8);
+        const bool x_ok = m0 + r < a.rows, w_ok = n0 + r < a.out;
+        cp_async16(xs + r * kPitch, x_ok ? x + int64_t(m0 + r) * a.pitch : a.x, x_ok);
+        cp_async16(ws + r * kPitch, w_ok ? w + int64_t(n0 + r) * a.pitch : a.w, w_ok);
+    }
+}
+
+__global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args a) {
+    extern __shared__ __align__(16) __half smem[];
+    const int m0 = blockIdx.y * kTile, n0 = blockIdx.x * kTile;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int wm = warp / 2 * 32, wn = warp % 2 * 32;  // this warp's 32 x 32 of the tile
+    // This split's steps [first, first + steps): three per chunk.
+    const int first = 3 * blockIdx.z * a.chunks_per_split;
+    const int steps = min(3 * a.chunks_per_split, 3 * (a.pitch / kBK) - first);
+    float acc[2][4][4] = {};  // fp32 sums over the finished chunks
+    float chunk[2][4][4];     // the MMAs' sums over the current chunk
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+        if (s < steps) load_step(smem + s * kStageHalves, a, m0, n0, first + s);
+        cp_async_commit();
+    }
+    for (int s = 0; s < steps; ++s) {
+        cp_async_wait<kStages - 2>();
+        __syncthreads();  // step s landed; every warp is done with step s - 1's stage
+        if (s + kStages - 1 < steps) {
+            load_step(smem + (s + kStages - 1) % kStages * kStageHalves, a, m0, n0,
+                      first + s + kStages - 1);
+        }
+        cp_async_commit();
+        if (s % 3 == 0) {
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) chunk[mi][ni][e] = 0.f;
+        }
+        const __half* xs = smem + s % kStages * kStageHalves;
+        const __half* ws = xs + kTile * kPitch;
+#pragma unroll
+        for (int kk = 0; kk < kBK; kk += 16) {
+            uint32_t af[2][4], bf[2][4];
+            // A: rows lane % 16, k half lane / 16; B (rows are outputs): n
+            // lane % 8 + 8 (lane / 16), k half (lane / 8) % 2.
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi) {
+                ldmatrix_x4(af[mi], xs + (wm + mi * 16 + lane % 16) * kPitch + kk + lane / 16 * 8);
+            }
+#pragma unroll
+            for (int np = 0; np < 2; ++np) {
+                ldmatrix_x4(bf[np], ws + (wn + np * 16 + lane % 8 + lane / 16 * 8) * kPitch + kk +
+                                        lane / 8 % 2 * 8);
+            }
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni)
+                    mma_f16(chunk[mi][ni], af[mi], bf[ni / 2][ni % 2 * 2], bf[ni / 2][ni % 2 * 2 + 1]);
+        }
+        if (s % 3 == 2) {
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[mi][ni][e] += chunk[mi][ni][e];
+        }
+    }
+    // Accumulator element e of tile (mi, ni): row lane / 4 (+ 8 for e >= 2),
+    // column 2 (lane % 4) + e % 2.
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int m = m0 + wm + mi * 16 + lane / 4 + e / 2 * 8;
+                const int n = n0 + wn + ni * 8 + lane % 4 * 2 + e % 2;
+                if (m >= a.rows || n >= a.out) continue;
+                const int64_t at = int64_t(m) * a.out + n;
+                if (a.partial != nullptr) {
+                    a.partial[blockIdx.z * int64_t(a.rows) * a.out + at] = acc[mi][ni][e];
+                    continue;
+                }
+                float* y = a.y + at;
+                float v = acc[mi][ni][e] * a.w_scale;
+                if (a.beta != 0.f) v += a.beta * *y;
+                if (a.b != nullptr) v += a.b[n];
+                *y = v;
+            }
+        }
+    }
+}
+
+}  // namespace split_gemm
 
 // Rebinding resets a workspace set with cublasSetWorkspace: only on a change.
 void bind_stream(cublasHandle_t handle, cudaStream_t stream) {
@@ -66,6 +256,53 @@ void linear(cublasHandle_t handle, const float* x, const float* w, const float* 
         const int64_t n = int64_t(rows) * out;
         add_bias_columns_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(y, b, n, out);
         KOKORO_CHECK_LAUNCH("add_bias_columns_kernel");
+    }
+}
+
+float linear_weight_to_split_half(const float* w, __half* dst, int out, int in) {
+    const float up = half_weight_upscale(w, int64_t(out) * in);
+    const int pitch = split_pitch(in);
+    __half* lo = dst + int64_t(out) * pitch;
+    for (int64_t r = 0; r < out; ++r) {
+        for (int k = 0; k < pitch; ++k) {
+            const float v = k < in ? w[r * in + k] * up : 0.f;  // exact: a power of two
+            const __half hi = __float2half_rn(v);
+            dst[r * pitch + k] = hi;
+            lo[r * pitch + k] = __float2half_rn(v - __half2float(hi));
+        }
+    }
+    return 1.f / up;  // exact: a power of two
+}
+
+int64_t linear_split_half_scratch_floats(int rows, int in, int out) {
+    const split_gemm::Plan p = split_gemm::plan(rows, in, out);
+    return p.splits > 1 ? int64_t(p.splits) * rows * out : 0;
+}
+
+void linear_split_half(const float* x, __half* x_split, const __half* w_split, float w_scale,
+                       const float* b, float* y, int rows, int in, int out, float* scratch,
+                       cudaStream_t stream, float beta) {
+    if (rows <= 0 || out <= 0) return;
+    const int pitch = split_pitch(in);
+    const int64_t n = int64_t(rows) * pitch;
+    split_rows_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(x, x_split, rows, in, pitch);
+    KOKORO_CHECK_LAUNCH("split_rows_kernel");
+    using namespace split_gemm;
+    const Plan p = plan(rows, in, out);
+    float* partial = p.splits > 1 ? scratch : nullptr;
+    // The kernel's fixed need (no other size is ever set).
+    KOKORO_CUDA_CHECK(cudaFuncSetAttribute(
+        linear_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+    const dim3 grid(unsigned((out + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile),
+                    unsigned(p.splits));
+    linear_split_kernel<<<grid, kThreads, kSmemBytes, stream>>>(
+        Args{x_split, w_split, b, y, partial, w_scale, beta, rows, out, pitch, p.chunks_per_split});
+    KOKORO_CHECK_LAUNCH("linear_split_kernel");
+    if (partial != nullptr) {
+        const int64_t ny = int64_t(rows) * out;
+        split_sum_kernel<<<unsigned((ny + 255) / 256), 256, 0, stream>>>(partial, p.splits, b, y,
+                                                                         ny, out, w_scale, beta);
+        KOKORO_CHECK_LAUNCH("split_sum_kernel");
     }
 }
 

@@ -8,7 +8,9 @@
 //   and each attention's query, key, value linears stacked into the one
 //   linear "<attention>.qkv" (weight [3 * hidden, in], bias [3 * hidden]);
 //   the weights of the tensor-core convs as FP16 only (rounded for precision
-//   "fast", split into hi and lo parts for "fp32");
+//   "fast", split into hi and lo parts for "fp32"); for "fast", also
+//   ALBERT's and bert_encoder's linear weights as split FP16 only
+//   (ops::linear_split_half);
 // - Workspace: named device scratch buffers, allocated on first use and
 //   reused across calls, grown only when a longer input needs more (the old
 //   buffer is retired, freed once the owner's streams have drained, and the
@@ -118,6 +120,21 @@ public:
     // The tensor-core copy of conv weight `name`, checked to hold `numel`
     // values per FP16 part.
     HalfConv get_half(const std::string& name, int64_t numel) const;
+    // The linear weights kept as split FP16 only where the form is kRounded
+    // (precision "fast": its token phase must still give fp32's durations,
+    // which TF32 or rounded FP16 would not): ALBERT's encoder linears and
+    // bert_encoder. fp32 engines keep them for cublasSgemm.
+    static bool split_linear(const std::string& name, size_t dims);
+    struct SplitLinear {
+        const __half* w;  // [2, out, ops::split_pitch(in)]: hi, lo
+        float scale;      // the GEMM's w_scale
+    };
+    bool has_split_linear(const std::string& name) const {
+        return split_entries_.count(name) != 0;
+    }
+    // The split copy of linear weight `name` (an attention's stacked
+    // "<p>.qkv.weight" too), checked to be [out, in].
+    SplitLinear get_split_linear(const std::string& name, int out, int in) const;
 
     struct Lstm {
         const float* w_ih;  // [2, 4H, In]
@@ -162,6 +179,7 @@ private:
     size_t bytes_ = 0;
     std::unordered_map<std::string, Entry> entries_;
     std::unordered_map<std::string, HalfEntry> half_entries_;
+    std::unordered_map<std::string, HalfEntry> split_entries_;  // numel: both parts'
     std::unordered_map<std::string, Lstm> lstms_;
     std::unordered_map<std::string, StyleSlot> style_slots_;
     StyleBank banks_[2];

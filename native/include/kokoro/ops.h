@@ -60,6 +60,32 @@ void linear(cublasHandle_t handle, const float* x, const float* w, const float* 
             int rows, int in, int out, cudaStream_t stream, float beta = 0.f,
             GemmMath math = GemmMath::kFp32);
 
+// Linear on split FP16 operands (precision "fast"'s ALBERT and bert_encoder,
+// where TF32 or rounded FP16 would change the durations): each operand v =
+// hi + lo (hi = fp16(v), lo = fp16(v - hi)), stored hi part then lo part,
+// rows zero-padded to split_pitch(in). The kernel sums x_hi w_hi + x_hi w_lo
+// + x_lo w_hi per 64-wide reduction chunk on the tensor cores and adds each
+// chunk's sum to fp32 accumulators in registers: the tensor cores' own
+// accumulation (which truncates) never runs longer than one chunk, so the
+// result is as accurate as an fp32 GEMM's (cuBLAS's FP16 GEMM on the same
+// split operands was ~5x SGEMM's error, enough to double the audio error).
+constexpr int kSplitChunk = 64;
+// Row pitch (in halves) of each part of a split operand with `in` columns.
+inline int split_pitch(int in) { return kSplitChunk * ((in + kSplitChunk - 1) / kSplitChunk); }
+// Host-side: w [out, in] -> dst [2, out, split_pitch(in)] (hi, then lo),
+// stored times half_weight_upscale(w); returns its inverse (exact).
+float linear_weight_to_split_half(const float* w, __half* dst, int out, int in);
+// y[rows, out] = (x[rows, in] @ w^T) * w_scale (+ beta * y) (+ b[out]), w as
+// linear_weight_to_split_half stores it; x_split: 2 * rows *
+// split_pitch(in) FP16 scratch for x's parts; scratch:
+// linear_split_half_scratch_floats(...) floats (the partial sums where the
+// reduction is split over blocks; 0: may be null). |x| must stay within
+// FP16's range. y may not alias x.
+void linear_split_half(const float* x, __half* x_split, const __half* w_split, float w_scale,
+                       const float* b, float* y, int rows, int in, int out, float* scratch,
+                       cudaStream_t stream, float beta = 0.f);
+int64_t linear_split_half_scratch_floats(int rows, int in, int out);
+
 // ------------------------------------------------------------ elementwise.cu
 // out[t, :] = table[ids[t], :] for t < T.
 void embedding(const int32_t* ids, const float* table, float* out, int T, int dim,
@@ -211,6 +237,9 @@ int conv1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int pad, int
 // the conv multiplies its sums by (exact). dst: half_parts(form) * A * K * ld.
 float conv_weight_to_half_rows(const float* src, __half* dst, int64_t A, int K, int B,
                                HalfOperands form);
+// Host-side: the power of two that brings max |w| of w[0, n) into [2^13,
+// 2^14), the scaling of every FP16 weight (1 for an all-zero w).
+float half_weight_upscale(const float* w, int64_t n);
 int64_t conv1d_scratch_floats(int Cin, int Cout, int Tin, int K, int stride, int pad,
                               int dilation, int groups);
 // ConvTranspose1d: x [Cin, Tin] -> y [Cout, Tout],
