@@ -17,9 +17,9 @@
 //   more shuffles give every lane i, f, g, o and the cell update runs
 //   redundantly in the 16 lanes (c stays in a register). Lane r < H / 32
 //   sends the new h to block r with st.async (distributed shared memory),
-//   which counts its bytes on block r's mbarrier for that buffer: a block starts step s + 1 as soon as all H
-//   values of h_s have arrived, with no cluster-wide barrier per step. h is
-//   double-buffered by step parity; rewriting a buffer is safe without
+//   which counts its bytes on block r's mbarrier for that buffer: a block
+//   starts step s + 1 as soon as all H values of h_s have arrived, with no
+//   cluster-wide barrier per step. h is double-buffered by step parity; rewriting a buffer is safe without
 //   further sync because h_{s+1} cannot exist before every block has sent
 //   h_s, which each warp does only after its reads of h_{s-1}.
 //   On an H200: 0.75 us per step for H = 256 (with a cluster barrier per
