@@ -5,26 +5,27 @@
 // The recurrence is then one launch that loops over all T steps on the device.
 // Its cost is per step, so its latency is what matters; two paths:
 //
-// - Cluster path (sm_90+, H in {64, 128, 256}): one thread-block cluster of
-//   H / 32 blocks per direction. Each block owns 32 hidden units, i.e. their
-//   4 x 32 gate rows of W_hh, held in registers for the whole sequence
-//   (H / 4 floats per thread), so W_hh is read from memory once, not per step.
-//   16 lanes share a hidden unit: each holds H / 16 columns of its 4 gate
-//   rows and reads the matching slice of h (a broadcast within the half-warp)
-//   from shared memory. A transposing butterfly sums the 4 rows over the
-//   16 lanes in 5 shuffles, leaving gate (lane / 4) in each quad, which
-//   applies its own nonlinearity (the same instructions for every gate); 4
-//   more shuffles give every lane i, f, g, o and the cell update runs
-//   redundantly in the 16 lanes (c stays in a register). Lane r < H / 32
-//   sends the new h to block r with st.async (distributed shared memory),
-//   which counts its bytes on block r's mbarrier for that buffer: a block
-//   starts step s + 1 as soon as all H values of h_s have arrived, with no
-//   cluster-wide barrier per step. h is double-buffered by step parity; rewriting a buffer is safe without
-//   further sync because h_{s+1} cannot exist before every block has sent
-//   h_s, which each warp does only after its reads of h_{s-1}.
-//   On an H200: 0.75 us per step for H = 256 (with a cluster barrier per
-//   step instead of the mbarriers: 1.2 us; a 16-block cluster, a
-//   non-portable size, 0.72; a warp per unit, 32 FMAs per lane, 1.05).
+// - Cluster path (sm_90+, H in {64, 128, 256}): one thread-block cluster
+//   of H / 32 blocks per direction. Each block owns 32 hidden units, i.e.
+//   their 4 x 32 gate rows of W_hh, held in registers for the whole
+//   sequence (H / 4 floats per thread), so W_hh is read from memory once,
+//   not per step. 16 lanes share a hidden unit: each holds H / 16 columns
+//   of its 4 gate rows and reads the matching slice of h (a broadcast
+//   within the half-warp) from shared memory. A transposing butterfly sums
+//   the 4 rows over the 16 lanes in 5 shuffles, leaving gate (lane / 4) in
+//   each quad, which applies its own nonlinearity (the same instructions
+//   for every gate); 4 more shuffles give every lane i, f, g, o and the
+//   cell update runs redundantly in the 16 lanes (c stays in a register).
+//   Lane r < H / 32 sends the new h to block r with st.async (distributed
+//   shared memory), which counts its bytes on block r's mbarrier for that
+//   buffer: a block starts step s + 1 as soon as all H values of h_s have
+//   arrived, with no cluster-wide barrier per step. h is double-buffered
+//   by step parity; rewriting a buffer is safe without further sync
+//   because h_{s+1} cannot exist before every block has sent h_s, which
+//   each warp does only after its reads of h_{s-1}. On an H200: 0.75 us
+//   per step for H = 256 (with a cluster barrier per step instead of the
+//   mbarriers: 1.2 us; a 16-block cluster, a non-portable size, 0.72; a
+//   warp per unit, 32 FMAs per lane, 1.05).
 // - Fallback (no clusters, other H): one block per direction; each warp
 //   computes whole gate rows of W_hh @ h with lanes striding the contiguous
 //   row, so W_hh (1 MB per direction at H = 256) streams from L2 every step;
