@@ -13,10 +13,12 @@
 // into FP16 hi + lo parts, the weight once at upload (host), x per call by
 // split_rows_kernel; w's power-of-two scaling (away from FP16's underflow)
 // is undone in the epilogue, exactly. The kernel is a plain mma.sync GEMM:
-// 64 x 64 output tiles, 4 warps of 32 x 32, one 64-wide reduction chunk of
-// one operand-part product per pipeline step (4 cp.async stages, 144-byte
-// padded shared rows: ldmatrix conflict-free); every third step ends a
-// chunk, whose sums move from the MMA accumulators into fp32 registers.
+// 64 x 64 output tiles, 4 warps of 32 x 32, one 64-wide reduction chunk per
+// pipeline step: its four tiles (x_hi, x_lo, w_hi, w_lo; 3 cp.async stages,
+// 144-byte padded shared rows: ldmatrix conflict-free) each loaded once for
+// the three products (L2 bound otherwise: one product's two tiles per step
+// was 1.5x the traffic); each chunk's sums then move from the MMA
+// accumulators into fp32 registers.
 // ALBERT's shapes give few tiles (12 - 36 at 32 rows), and a block's steps
 // are bound by the latency of its copies, so the reduction is split over
 // blocks until the grid has two blocks per SM; the splits' sums are then
@@ -55,9 +57,9 @@ namespace split_gemm {
 constexpr int kTile = 64;  // output rows and columns per block
 constexpr int kBK = kSplitChunk;
 constexpr int kPitch = kBK + 8;  // halves per padded shared row: 144 bytes
-constexpr int kStages = 4;
+constexpr int kStages = 3;
 constexpr int kThreads = 128;
-constexpr int kStageHalves = 2 * kTile * kPitch;  // x tile, then w tile
+constexpr int kStageHalves = 4 * kTile * kPitch;  // x_hi, x_lo, w_hi, w_lo tiles
 constexpr size_t kSmemBytes = sizeof(__half) * kStages * kStageHalves;
 
 // partial null: one split, the kernel writes y; else split z writes its
@@ -101,22 +103,24 @@ __global__ void split_sum_kernel(const float* partial, int splits, const float* 
     y[i] = v;
 }
 
-// Step s's tiles into `stage`: chunk s / 3, product s % 3 (x_hi w_hi, x_hi
-// w_lo, x_lo w_hi; x_lo w_lo, ~2^-22 relative, is left out). Thread i copies
-// piece i % 8 of rows i / 8 + 16 j of both tiles; rows past the matrices are
-// zero filled.
-__device__ void load_step(__half* stage, const Args& a, int m0, int n0, int s) {
-    const int part = s % 3, k0 = s / 3 * kBK + threadIdx.x % 8 * 8;
-    const __half* x = a.x + (part == 2 ? int64_t(a.rows) * a.pitch : 0) + k0;
-    const __half* w = a.w + (part == 1 ? int64_t(a.out) * a.pitch : 0) + k0;
-    __half* xs = stage + threadIdx.x % 8 * 8;
-    __half* ws = xs + kTile * kPitch;
+// Chunk c's four tiles into `stage`: x_hi, x_lo (output rows m0..), w_hi,
+// w_lo (output columns n0..), 64 reduction columns each. Thread i copies
+// piece i % 8 of rows i / 8 + 16 j of every tile; rows past the matrices
+// are zero filled.
+__device__ void load_chunk(__half* stage, const Args& a, int m0, int n0, int c) {
+    const int k0 = c * kBK + threadIdx.x % 8 * 8;
+    const int64_t x_part = int64_t(a.rows) * a.pitch, w_part = int64_t(a.out) * a.pitch;
+    __half* dst = stage + threadIdx.x % 8 * 8;
 #pragma unroll
     for (int j = 0; j < kTile * 8 / kThreads; ++j) {
         const int r = threadIdx.x / 8 + j * (kThreads / 8);
         const bool x_ok = m0 + r < a.rows, w_ok = n0 + r < a.out;
-        cp_async16(xs + r * kPitch, x_ok ? x + int64_t(m0 + r) * a.pitch : a.x, x_ok);
-        cp_async16(ws + r * kPitch, w_ok ? w + int64_t(n0 + r) * a.pitch : a.w, w_ok);
+        const __half* x = x_ok ? a.x + int64_t(m0 + r) * a.pitch + k0 : a.x;
+        const __half* w = w_ok ? a.w + int64_t(n0 + r) * a.pitch + k0 : a.w;
+        cp_async16(dst + (0 * kTile + r) * kPitch, x, x_ok);
+        cp_async16(dst + (1 * kTile + r) * kPitch, x_ok ? x + x_part : a.x, x_ok);
+        cp_async16(dst + (2 * kTile + r) * kPitch, w, w_ok);
+        cp_async16(dst + (3 * kTile + r) * kPitch, w_ok ? w + w_part : a.w, w_ok);
     }
 }
 
@@ -125,62 +129,61 @@ __global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args a) {
     const int m0 = blockIdx.y * kTile, n0 = blockIdx.x * kTile;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int wm = warp / 2 * 32, wn = warp % 2 * 32;  // this warp's 32 x 32 of the tile
-    // This split's steps [first, first + steps): three per chunk.
-    const int first = 3 * blockIdx.z * a.chunks_per_split;
-    const int steps = min(3 * a.chunks_per_split, 3 * (a.pitch / kBK) - first);
+    // This split's chunks [first, first + chunks).
+    const int first = blockIdx.z * a.chunks_per_split;
+    const int chunks = min(a.chunks_per_split, a.pitch / kBK - first);
     float acc[2][4][4] = {};  // fp32 sums over the finished chunks
-    float chunk[2][4][4];     // the MMAs' sums over the current chunk
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-        if (s < steps) load_step(smem + s * kStageHalves, a, m0, n0, first + s);
+        if (s < chunks) load_chunk(smem + s * kStageHalves, a, m0, n0, first + s);
         cp_async_commit();
     }
-    for (int s = 0; s < steps; ++s) {
+    for (int s = 0; s < chunks; ++s) {
         cp_async_wait<kStages - 2>();
-        __syncthreads();  // step s landed; every warp is done with step s - 1's stage
-        if (s + kStages - 1 < steps) {
-            load_step(smem + (s + kStages - 1) % kStages * kStageHalves, a, m0, n0,
-                      first + s + kStages - 1);
+        __syncthreads();  // chunk s landed; every warp is done with chunk s - 1's stage
+        if (s + kStages - 1 < chunks) {
+            load_chunk(smem + (s + kStages - 1) % kStages * kStageHalves, a, m0, n0,
+                       first + s + kStages - 1);
         }
         cp_async_commit();
-        if (s % 3 == 0) {
-#pragma unroll
-            for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-                for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) chunk[mi][ni][e] = 0.f;
-        }
-        const __half* xs = smem + s % kStages * kStageHalves;
-        const __half* ws = xs + kTile * kPitch;
+        float sums[2][4][4] = {};  // the MMAs' sums over this chunk
+        const __half* tiles = smem + s % kStages * kStageHalves;
 #pragma unroll
         for (int kk = 0; kk < kBK; kk += 16) {
-            uint32_t af[2][4], bf[2][4];
-            // A: rows lane % 16, k half lane / 16; B (rows are outputs): n
-            // lane % 8 + 8 (lane / 16), k half (lane / 8) % 2.
+            // [part][mi or pair]: A rows lane % 16, k half lane / 16; B (rows
+            // are outputs) n lane % 8 + 8 (lane / 16), k half (lane / 8) % 2.
+            uint32_t xf[2][2][4], wf[2][2][4];
+#pragma unroll
+            for (int part = 0; part < 2; ++part) {
+                const __half* xs = tiles + part * kTile * kPitch;
+                const __half* ws = tiles + (2 + part) * kTile * kPitch;
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    ldmatrix_x4(xf[part][i],
+                                xs + (wm + i * 16 + lane % 16) * kPitch + kk + lane / 16 * 8);
+                    ldmatrix_x4(wf[part][i], ws + (wn + i * 16 + lane % 8 + lane / 16 * 8) * kPitch +
+                                                 kk + lane / 8 % 2 * 8);
+                }
+            }
+            // x_hi w_hi + x_hi w_lo + x_lo w_hi (x_lo w_lo, ~2^-22
+            // relative, is left out).
 #pragma unroll
             for (int mi = 0; mi < 2; ++mi) {
-                ldmatrix_x4(af[mi], xs + (wm + mi * 16 + lane % 16) * kPitch + kk + lane / 16 * 8);
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) {
+                    const int np = ni / 2, half = ni % 2 * 2;
+                    mma_f16(sums[mi][ni], xf[0][mi], wf[0][np][half], wf[0][np][half + 1]);
+                    mma_f16(sums[mi][ni], xf[0][mi], wf[1][np][half], wf[1][np][half + 1]);
+                    mma_f16(sums[mi][ni], xf[1][mi], wf[0][np][half], wf[0][np][half + 1]);
+                }
             }
-#pragma unroll
-            for (int np = 0; np < 2; ++np) {
-                ldmatrix_x4(bf[np], ws + (wn + np * 16 + lane % 8 + lane / 16 * 8) * kPitch + kk +
-                                        lane / 8 % 2 * 8);
-            }
-#pragma unroll
-            for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-                for (int ni = 0; ni < 4; ++ni)
-                    mma_f16(chunk[mi][ni], af[mi], bf[ni / 2][ni % 2 * 2], bf[ni / 2][ni % 2 * 2 + 1]);
         }
-        if (s % 3 == 2) {
 #pragma unroll
-            for (int mi = 0; mi < 2; ++mi)
+        for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-                for (int ni = 0; ni < 4; ++ni)
+            for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[mi][ni][e] += chunk[mi][ni][e];
-        }
+                for (int e = 0; e < 4; ++e) acc[mi][ni][e] += sums[mi][ni][e];
     }
     // Accumulator element e of tile (mi, ni): row lane / 4 (+ 8 for e >= 2),
     // column 2 (lane % 4) + e % 2.
