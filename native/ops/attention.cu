@@ -26,6 +26,7 @@
 #include <string>
 
 #include "kokoro/check.h"
+#include "kokoro/launch.cuh"
 #include "kokoro/ops.h"
 
 namespace kokoro::ops {
@@ -47,6 +48,7 @@ __device__ __forceinline__ float masked_score(float s, int j, int valid_len, flo
 // products in, attention probabilities out.
 __global__ void masked_softmax_rows_kernel(float* scores, int rows, int T, int pitch,
                                            int valid_len, float scale_div) {
+    await_producers();
     const int row = blockIdx.x * kWarps + threadIdx.x / 32;
     if (row >= rows) return;  // whole warps leave together
     const int lane = threadIdx.x % 32;
@@ -85,9 +87,9 @@ void attention(cublasHandle_t handle, const float* q, const float* k, const floa
     matmul_batched(handle, false, true, T, T, D, q, ld_qkv, D, k, ld_qkv, D, 0.f, scratch, pitch,
                    head_scores, heads, stream);
     const int rows = heads * T;
-    masked_softmax_rows_kernel<<<unsigned((rows + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(
-        scratch, rows, T, pitch, valid_len, sqrtf(float(D)));
-    KOKORO_CHECK_LAUNCH("masked_softmax_rows_kernel");
+    launch_dependent(masked_softmax_rows_kernel, dim3(unsigned((rows + kWarps - 1) / kWarps)),
+                     dim3(kWarps * 32), 0, stream, "masked_softmax_rows_kernel", scratch, rows, T,
+                     pitch, valid_len, sqrtf(float(D)));
     // O_h [T, D] = P_h [T, T] @ V_h [T, D].
     matmul_batched(handle, false, false, T, D, T, scratch, pitch, head_scores, v, ld_qkv, D, 0.f,
                    out, width, D, heads, stream);

@@ -13,6 +13,7 @@
 #include "kokoro/block_scan.cuh"
 #include "kokoro/check.h"
 #include "kokoro/half_rows.cuh"
+#include "kokoro/launch.cuh"
 #include "kokoro/ops.h"
 
 namespace kokoro::ops {
@@ -51,6 +52,7 @@ struct LeakyRelu {
 template <typename Fn>
 __global__ void map_kernel(const float* x, const float* bias, float* y, int64_t n, int cols,
                            Fn fn) {
+    await_producers();
     const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (i < n) y[i] = fn(bias != nullptr ? x[i] + bias[i % cols] : x[i]);
 }
@@ -180,8 +182,8 @@ void embedding(const int32_t* ids, const float* table, float* out, int T, int di
 void gelu_new(float* x, int64_t rows, int cols, const float* bias, cudaStream_t stream) {
     const int64_t n = rows * cols;
     if (n == 0) return;
-    map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, bias, x, n, cols, GeluNew{});
-    KOKORO_CHECK_LAUNCH("map_kernel<GeluNew>");
+    launch_dependent(map_kernel<GeluNew>, dim3(blocks_for(n)), dim3(kThreads), 0, stream,
+                     "map_kernel<GeluNew>", x, bias, x, n, cols, GeluNew{});
 }
 
 void leaky_relu(const float* x, float* y, int64_t n, float slope, cudaStream_t stream) {

@@ -28,6 +28,7 @@
 #include <cuda_fp16.h>
 
 #include "kokoro/check.h"
+#include "kokoro/launch.cuh"
 #include "kokoro/mma.cuh"
 #include "kokoro/ops.h"
 
@@ -42,6 +43,7 @@ __global__ void add_bias_columns_kernel(float* y, const float* b, int64_t n, int
 
 // x [rows, in] -> x_split [2, rows, pitch]: hi, then lo; zero past `in`.
 __global__ void split_rows_kernel(const float* x, __half* x_split, int rows, int in, int pitch) {
+    await_producers();
     const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     const int64_t n = int64_t(rows) * pitch;
     if (i >= n) return;
@@ -93,6 +95,7 @@ Plan plan(int rows, int in, int out) {
 // y = w_scale * (sum of the splits' partials, in split order) (+ beta * y) (+ b).
 __global__ void split_sum_kernel(const float* partial, int splits, const float* b, float* y,
                                  int64_t n, int out, float w_scale, float beta) {
+    await_producers();
     const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (i >= n) return;
     float sum = partial[i];
@@ -125,6 +128,7 @@ __device__ void load_chunk(__half* stage, const Args& a, int m0, int n0, int c) 
 }
 
 __global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args a) {
+    await_producers();
     extern __shared__ __align__(16) __half smem[];
     const int m0 = blockIdx.y * kTile, n0 = blockIdx.x * kTile;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -288,8 +292,8 @@ void linear_split_half(const float* x, __half* x_split, const __half* w_split, f
     if (rows <= 0 || out <= 0) return;
     const int pitch = split_pitch(in);
     const int64_t n = int64_t(rows) * pitch;
-    split_rows_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(x, x_split, rows, in, pitch);
-    KOKORO_CHECK_LAUNCH("split_rows_kernel");
+    launch_dependent(split_rows_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, stream,
+                     "split_rows_kernel", x, x_split, rows, in, pitch);
     using namespace split_gemm;
     const Plan p = plan(rows, in, out);
     float* partial = p.splits > 1 ? scratch : nullptr;
@@ -298,14 +302,14 @@ void linear_split_half(const float* x, __half* x_split, const __half* w_split, f
         linear_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
     const dim3 grid(unsigned((out + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile),
                     unsigned(p.splits));
-    linear_split_kernel<<<grid, kThreads, kSmemBytes, stream>>>(
-        Args{x_split, w_split, b, y, partial, w_scale, beta, rows, out, pitch, p.chunks_per_split});
-    KOKORO_CHECK_LAUNCH("linear_split_kernel");
+    launch_dependent(linear_split_kernel, grid, dim3(kThreads), kSmemBytes, stream,
+                     "linear_split_kernel",
+                     Args{x_split, w_split, b, y, partial, w_scale, beta, rows, out, pitch,
+                          p.chunks_per_split});
     if (partial != nullptr) {
         const int64_t ny = int64_t(rows) * out;
-        split_sum_kernel<<<unsigned((ny + 255) / 256), 256, 0, stream>>>(partial, p.splits, b, y,
-                                                                         ny, out, w_scale, beta);
-        KOKORO_CHECK_LAUNCH("split_sum_kernel");
+        launch_dependent(split_sum_kernel, dim3(unsigned((ny + 255) / 256)), dim3(256), 0, stream,
+                         "split_sum_kernel", partial, p.splits, b, y, ny, out, w_scale, beta);
     }
 }
 

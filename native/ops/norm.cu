@@ -29,6 +29,7 @@
 #include "kokoro/channel_stats.cuh"
 #include "kokoro/check.h"
 #include "kokoro/half_rows.cuh"
+#include "kokoro/launch.cuh"
 #include "kokoro/ops.h"
 
 namespace kokoro::ops {
@@ -57,6 +58,7 @@ constexpr int kRowsMaxPerLane = 32;
 constexpr int kRowsMaxCols = 32 * kRowsMaxPerLane;
 __global__ void layer_norm_rows_kernel(const float* x, const float* x_bias, float* y, int rows,
                                        int cols, Affine affine, float eps) {
+    await_producers();
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
@@ -353,10 +355,10 @@ void layer_norm_rows(const float* x, float* y, int rows, int cols, const float* 
                         std::to_string(kRowsMaxCols));
     }
     const int threads = 256, rows_per_block = threads / 32;
-    layer_norm_rows_kernel<<<unsigned((rows + rows_per_block - 1) / rows_per_block), threads, 0,
-                             stream>>>(x, x_bias, y, rows, cols,
-                                       Affine{gamma, beta, style_gamma, style_beta}, eps);
-    KOKORO_CHECK_LAUNCH("layer_norm_rows_kernel");
+    launch_dependent(layer_norm_rows_kernel,
+                     dim3(unsigned((rows + rows_per_block - 1) / rows_per_block)), dim3(threads), 0,
+                     stream, "layer_norm_rows_kernel", x, x_bias, y, rows, cols,
+                     Affine{gamma, beta, style_gamma, style_beta}, eps);
 }
 
 void layer_norm_channels(const float* x, float* y, int C, int T, const float* gamma,
