@@ -49,6 +49,7 @@ __device__ __forceinline__ float masked_score(float s, int j, int valid_len, flo
 __global__ void masked_softmax_rows_kernel(float* scores, int rows, int T, int pitch,
                                            int valid_len, float scale_div) {
     await_producers();
+    release_dependents();
     const int row = blockIdx.x * kWarps + threadIdx.x / 32;
     if (row >= rows) return;  // whole warps leave together
     const int lane = threadIdx.x % 32;

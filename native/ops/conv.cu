@@ -72,6 +72,7 @@
 #include "kokoro/channel_stats.cuh"
 #include "kokoro/check.h"
 #include "kokoro/half_rows.cuh"
+#include "kokoro/launch.cuh"
 #include "kokoro/mma.cuh"
 #include "kokoro/ops.h"
 
@@ -130,6 +131,7 @@ __device__ void for_each_transposed_tap(int t, int K, int stride, int pad, int T
 
 // win[ci, j] = x[ci, src0 + j] for j < ldx, zero outside [0, Tin). grid.y = ci.
 __global__ void shifted_window_kernel(const float* x, float* win, int Tin, int src0, int ldx) {
+    await_producers();
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= ldx) return;
     const int src = src0 + j;
@@ -141,6 +143,7 @@ __global__ void shifted_window_kernel(const float* x, float* win, int Tin, int s
 // (t0 + tt) * stride - pad + k * dil, zero outside [0, Tin). grid.y = r.
 __global__ void im2col_kernel(const float* x, float* cols, int Cin, int Tin, int stride, int pad,
                               int dilation, int t0, int n) {
+    await_producers();
     const int tt = blockIdx.x * blockDim.x + threadIdx.x;
     if (tt >= n) return;
     const int r = blockIdx.y, k = r / Cin, ci = r % Cin;
@@ -153,6 +156,7 @@ __global__ void im2col_kernel(const float* x, float* cols, int Cin, int Tin, int
 // and residual may equal y). grid.y = c.
 __global__ void epilogue_kernel(const float* in, int ld_in, const float* b, const float* residual,
                                 float* y, int ld_y, int n) {
+    await_producers();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n) return;
     const int64_t i = int64_t(blockIdx.y) * ld_y + t;
@@ -166,6 +170,7 @@ __global__ void epilogue_kernel(const float* in, int ld_in, const float* b, cons
 __global__ void conv1d_direct_kernel(const float* x, const float* w, const float* b, float* y,
                                      int Cin, int Cout, int Tin, int Tout, int K, int stride,
                                      int pad, int dilation, int groups, const float* residual) {
+    await_producers();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= Tout) return;
     const int co = blockIdx.y;
@@ -188,6 +193,7 @@ __global__ void conv1d_direct_kernel(const float* x, const float* w, const float
 // Overlap-add of the per-tap GEMM output cols [K * Cout, Tin] (+ bias). grid.y = co.
 __global__ void col2im_kernel(const float* cols, const float* b, float* y, int Cout, int Tin,
                               int Tout, int K, int stride, int pad) {
+    await_producers();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= Tout) return;
     const int co = blockIdx.y;
@@ -203,6 +209,7 @@ __global__ void col2im_kernel(const float* cols, const float* b, float* y, int C
 __global__ void conv_transpose1d_direct_kernel(const float* x, const float* w, const float* b,
                                                float* y, int Cin, int Cout, int Tin, int Tout,
                                                int K, int stride, int pad, int groups) {
+    await_producers();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= Tout) return;
     const int co = blockIdx.y;
@@ -222,9 +229,8 @@ dim3 per_channel_grid(int C, int T) { return dim3(unsigned((T + kThreads - 1) / 
 
 void launch_epilogue(const float* in, int ld_in, const float* b, const float* residual, float* y,
                      int C, int ld_y, int n, cudaStream_t stream) {
-    epilogue_kernel<<<per_channel_grid(C, n), kThreads, 0, stream>>>(in, ld_in, b, residual, y,
-                                                                     ld_y, n);
-    KOKORO_CHECK_LAUNCH("epilogue_kernel");
+    launch_dependent(epilogue_kernel, per_channel_grid(C, n), dim3(kThreads), 0, stream,
+                     "epilogue_kernel", in, ld_in, b, residual, y, ld_y, n);
 }
 
 // The per-tap path (header comment); scratch holds acc [Cout, n] then win [Cin, ldx].
@@ -243,9 +249,9 @@ void conv1d_taps(cublasHandle_t handle, const float* x, const float* w, const fl
                 const int offset = k * dilation;
                 if (offset % kAlignFloats != r) continue;
                 if (!copied) {
-                    shifted_window_kernel<<<per_channel_grid(Cin, chunks.ldx), kThreads, 0,
-                                            stream>>>(x, win, Tin, t0 - pad + r, chunks.ldx);
-                    KOKORO_CHECK_LAUNCH("shifted_window_kernel");
+                    launch_dependent(shifted_window_kernel, per_channel_grid(Cin, chunks.ldx),
+                                     dim3(kThreads), 0, stream, "shifted_window_kernel", x, win,
+                                     Tin, t0 - pad + r, chunks.ldx);
                     copied = true;
                 }
                 matmul(handle, false, false, Cout, n, Cin, w + int64_t(k) * Cin, K * Cin,
@@ -533,6 +539,7 @@ size_t mma_sync_smem_bytes(int halo) {
 
 template <int kTile>
 __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const ConvArgs a) {
+    await_producers();
     constexpr int kWarpN = kTile / kWarpsN;
     constexpr int kNTiles = kWarpN / 8;
     static_assert(kNTiles % 2 == 0, "B fragments load two n-tiles per ldmatrix.x4");
@@ -676,6 +683,7 @@ __device__ void wgmma_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_
 template <int kGroups>
 __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 ? 2 : 3)
     conv1d_wgmma_kernel(const ConvArgs a) {
+    await_producers();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int kTile = 64 * kGroups;
     constexpr int kThreads = kGroups * kWgmmaThreadsPerGroup;
@@ -741,6 +749,7 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
 // z in order (fixed summation order: repeatable bits). grid.y = co.
 __global__ void split_sum_kernel(const float* partial, int splits, float scale, const float* b,
                                  const float* residual, float* y, int Cout, int Tout) {
+    await_producers();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= Tout) return;
     const int64_t i = int64_t(blockIdx.y) * Tout + t;
@@ -815,9 +824,7 @@ void launch(Kernel kernel, const char* name, size_t smem, int threads, const Gpu
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, gpu.smem_optin));
     const dim3 grid(unsigned((a.Tout + p.tile - 1) / p.tile),
                     unsigned((a.Cout + kCoutTile - 1) / kCoutTile), unsigned(p.splits));
-    kernel<<<grid, threads, smem, stream>>>(a);
-    const cudaError_t status = cudaGetLastError();  // the message is built on failure only
-    if (status != cudaSuccess) check_cuda(status, (std::string("launch of ") + name).c_str());
+    launch_dependent(kernel, grid, dim3(threads), smem, stream, name, a);
 }
 
 void launch(const Gpu& gpu, const Plan& p, HalfConvKernel which, const ConvArgs& a,
@@ -909,9 +916,9 @@ void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* 
     const int Tout = conv1d_out_len(Tin, K, stride, pad, dilation);
     if (Cout == 0 || Tout <= 0) return;
     if (!conv1d_uses_gemm(Cin, K, groups)) {
-        conv1d_direct_kernel<<<per_channel_grid(Cout, Tout), kThreads, 0, stream>>>(
-            x, w, b, y, Cin, Cout, Tin, Tout, K, stride, pad, dilation, groups, residual);
-        KOKORO_CHECK_LAUNCH("conv1d_direct_kernel");
+        launch_dependent(conv1d_direct_kernel, per_channel_grid(Cout, Tout), dim3(kThreads),
+                         0, stream, "conv1d_direct_kernel", x, w, b, y, Cin, Cout, Tin, Tout, K,
+                         stride, pad, dilation, groups, residual);
         return;
     }
     if (conv1d_uses_taps(Cin, K, stride, pad, Tout)) {
@@ -928,9 +935,9 @@ void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* 
         const int chunk = im2col_chunk_cols(reduction);
         for (int t0 = 0; t0 < Tout; t0 += chunk) {
             const int n = std::min(chunk, Tout - t0);
-            im2col_kernel<<<per_channel_grid(reduction, n), kThreads, 0, stream>>>(
-                x, scratch, Cin, Tin, stride, pad, dilation, t0, n);
-            KOKORO_CHECK_LAUNCH("im2col_kernel");
+            launch_dependent(im2col_kernel, per_channel_grid(reduction, n), dim3(kThreads), 0,
+                             stream, "im2col_kernel", x, scratch, Cin, Tin, stride, pad, dilation,
+                             t0, n);
             matmul(handle, false, false, Cout, n, reduction, w, reduction, scratch, n, beta, y + t0,
                    Tout, stream, math);
         }
@@ -995,9 +1002,9 @@ void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const flo
     args.chunks_per_split = p.chunks_per_split;
     igemm::launch(gpu, p, kernel, args, stream);
     if (p.splits > 1) {
-        igemm::split_sum_kernel<<<per_channel_grid(Cout, Tout), kThreads, 0, stream>>>(
-            scratch, p.splits, w_scale, b, residual, y, Cout, Tout);
-        KOKORO_CHECK_LAUNCH("split_sum_kernel");
+        launch_dependent(igemm::split_sum_kernel, per_channel_grid(Cout, Tout),
+                         dim3(kThreads), 0, stream, "split_sum_kernel", scratch, p.splits, w_scale,
+                         b, residual, y, Cout, Tout);
     }
 }
 
@@ -1008,16 +1015,15 @@ void conv_transpose1d(cublasHandle_t handle, const float* x, const float* w, con
     const int Tout = conv_transpose1d_out_len(Tin, K, stride, pad, output_padding);
     if (Cout == 0 || Tout <= 0) return;
     if (!conv_transpose1d_uses_gemm(Cin, groups)) {
-        conv_transpose1d_direct_kernel<<<per_channel_grid(Cout, Tout), kThreads, 0, stream>>>(
-            x, w, b, y, Cin, Cout, Tin, Tout, K, stride, pad, groups);
-        KOKORO_CHECK_LAUNCH("conv_transpose1d_direct_kernel");
+        launch_dependent(conv_transpose1d_direct_kernel, per_channel_grid(Cout, Tout),
+                         dim3(kThreads), 0, stream, "conv_transpose1d_direct_kernel", x, w, b, y,
+                         Cin, Cout, Tin, Tout, K, stride, pad, groups);
         return;
     }
     matmul(handle, true, false, K * Cout, Tin, Cin, w, K * Cout, x, Tin, 0.f, scratch, Tin, stream,
            math);
-    col2im_kernel<<<per_channel_grid(Cout, Tout), kThreads, 0, stream>>>(scratch, b, y, Cout, Tin,
-                                                                         Tout, K, stride, pad);
-    KOKORO_CHECK_LAUNCH("col2im_kernel");
+    launch_dependent(col2im_kernel, per_channel_grid(Cout, Tout), dim3(kThreads), 0, stream,
+                     "col2im_kernel", scratch, b, y, Cout, Tin, Tout, K, stride, pad);
 }
 
 }  // namespace kokoro::ops

@@ -27,6 +27,7 @@ unsigned blocks_for(int64_t n) { return unsigned((n + kThreads - 1) / kThreads);
 // first, then the position); pos and type0 may be null.
 __global__ void embeddings_kernel(const int32_t* ids, const float* word, const float* pos,
                                   const float* type0, float* out, int T, int dim) {
+    await_producers();
     const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (i >= int64_t(T) * dim) return;
     const int t = int(i / dim), d = int(i % dim);
@@ -53,18 +54,21 @@ template <typename Fn>
 __global__ void map_kernel(const float* x, const float* bias, float* y, int64_t n, int cols,
                            Fn fn) {
     await_producers();
+    release_dependents();
     const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (i < n) y[i] = fn(bias != nullptr ? x[i] + bias[i % cols] : x[i]);
 }
 
 __global__ void add_scaled_kernel(const float* a, const float* b, float* out, int64_t n,
                                   float scale) {
+    await_producers();
     const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (i < n) out[i] = (a[i] + b[i]) * scale;
 }
 
 // out[c, r] = in[r, c] through a padded 32x32 shared tile.
 __global__ void transpose_kernel(const float* in, float* out, int rows, int cols) {
+    await_producers();
     __shared__ float tile[32][33];
     const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
     for (int dy = threadIdx.y; dy < 32; dy += blockDim.y) {
@@ -86,6 +90,7 @@ __device__ float sigmoid(float x) {
 // One warp per token: dur[t] = max(1, rint(sum_j sigmoid(logits[t, j]) / speed)).
 __global__ void durations_kernel(const float* logits, int T, int max_dur, float speed,
                                  int32_t* dur) {
+    await_producers();
     const int t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (t >= T) return;
@@ -98,6 +103,7 @@ __global__ void durations_kernel(const float* logits, int T, int max_dur, float 
 // One block: a scan of the durations, 1024 tokens at a time with a running
 // carry, then each token writes its own run of frames.
 __global__ void frame_token_kernel(const int32_t* dur, int T, int32_t* frame_token) {
+    await_producers();
     __shared__ int warp_sums[32];
     __shared__ int carry;
     if (threadIdx.x == 0) carry = 0;
@@ -132,6 +138,7 @@ struct ReflectMap {
 // out[c, j] = x[c, map(j)]: x [C, Tin], out [C, Tout]; grid.y = channel.
 template <typename Map>
 __global__ void gather_time_kernel(const float* x, float* out, int Tin, int Tout, Map map) {
+    await_producers();
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     const int64_t c = blockIdx.y;
     if (j < Tout) out[c * Tout + j] = x[c * Tin + map(j)];
@@ -142,14 +149,15 @@ void gather_time(const float* x, float* out, int C, int Tin, int Tout, Map map,
                  cudaStream_t stream) {
     if (C == 0 || Tout == 0) return;
     const dim3 grid(blocks_for(Tout), unsigned(C));
-    gather_time_kernel<<<grid, kThreads, 0, stream>>>(x, out, Tin, Tout, map);
-    KOKORO_CHECK_LAUNCH("gather_time_kernel");
+    launch_dependent(gather_time_kernel<Map>, grid, dim3(kThreads), 0, stream,
+                     "gather_time_kernel", x, out, Tin, Tout, map);
 }
 
 // F.interpolate(mode="linear", align_corners=False) with the given scale;
 // the source position is computed in double as PyTorch does.
 __global__ void interpolate_linear_kernel(const float* x, float* out, int Tin, int Tout,
                                           double scale) {
+    await_producers();
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     const int64_t c = blockIdx.y;
     if (j >= Tout) return;
@@ -161,6 +169,7 @@ __global__ void interpolate_linear_kernel(const float* x, float* out, int Tin, i
 }
 
 __global__ void to_half_rows_kernel(const float* x, __half* y, __half* y_lo, int C, int T) {
+    await_producers();
     write_half_rows(x, y, y_lo, C, T, [](int, float v) { return v; });
 }
 
@@ -170,8 +179,8 @@ void albert_embeddings(const int32_t* ids, const float* word, const float* pos,
                        const float* type0, float* out, int T, int dim, cudaStream_t stream) {
     const int64_t n = int64_t(T) * dim;
     if (n == 0) return;
-    embeddings_kernel<<<blocks_for(n), kThreads, 0, stream>>>(ids, word, pos, type0, out, T, dim);
-    KOKORO_CHECK_LAUNCH("embeddings_kernel");
+    launch_dependent(embeddings_kernel, dim3(blocks_for(n)), dim3(kThreads), 0, stream,
+                     "embeddings_kernel", ids, word, pos, type0, out, T, dim);
 }
 
 void embedding(const int32_t* ids, const float* table, float* out, int T, int dim,
@@ -188,15 +197,15 @@ void gelu_new(float* x, int64_t rows, int cols, const float* bias, cudaStream_t 
 
 void leaky_relu(const float* x, float* y, int64_t n, float slope, cudaStream_t stream) {
     if (n == 0) return;
-    map_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, nullptr, y, n, 1, LeakyRelu{slope});
-    KOKORO_CHECK_LAUNCH("map_kernel<LeakyRelu>");
+    launch_dependent(map_kernel<LeakyRelu>, dim3(blocks_for(n)), dim3(kThreads), 0, stream,
+                     "map_kernel<LeakyRelu>", x, nullptr, y, n, 1, LeakyRelu{slope});
 }
 
 void add_scaled(const float* a, const float* b, float* out, int64_t n, float scale,
                 cudaStream_t stream) {
     if (n == 0) return;
-    add_scaled_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, b, out, n, scale);
-    KOKORO_CHECK_LAUNCH("add_scaled_kernel");
+    launch_dependent(add_scaled_kernel, dim3(blocks_for(n)), dim3(kThreads), 0, stream,
+                     "add_scaled_kernel", a, b, out, n, scale);
 }
 
 void copy_rows(const float* src, int src_pitch, float* dst, int dst_pitch, int rows, int cols,
@@ -211,23 +220,22 @@ void copy_rows(const float* src, int src_pitch, float* dst, int dst_pitch, int r
 void transpose(const float* in, float* out, int rows, int cols, cudaStream_t stream) {
     if (rows == 0 || cols == 0) return;
     const dim3 grid(unsigned((cols + 31) / 32), unsigned((rows + 31) / 32));
-    transpose_kernel<<<grid, dim3(32, 8), 0, stream>>>(in, out, rows, cols);
-    KOKORO_CHECK_LAUNCH("transpose_kernel");
+    launch_dependent(transpose_kernel, grid, dim3(32, 8), 0, stream, "transpose_kernel", in, out,
+                     rows, cols);
 }
 
 void durations_from_logits(const float* logits, int T, int max_dur, float speed, int32_t* dur,
                            cudaStream_t stream) {
     if (T == 0) return;
     const int rows_per_block = kThreads / 32;
-    durations_kernel<<<unsigned((T + rows_per_block - 1) / rows_per_block), kThreads, 0, stream>>>(
-        logits, T, max_dur, speed, dur);
-    KOKORO_CHECK_LAUNCH("durations_kernel");
+    launch_dependent(durations_kernel, dim3(unsigned((T + rows_per_block - 1) / rows_per_block)),
+                     dim3(kThreads), 0, stream, "durations_kernel", logits, T, max_dur, speed, dur);
 }
 
 void frame_token_index(const int32_t* dur, int T, int32_t* frame_token, cudaStream_t stream) {
     if (T == 0) return;
-    frame_token_kernel<<<1, 1024, 0, stream>>>(dur, T, frame_token);
-    KOKORO_CHECK_LAUNCH("frame_token_kernel");
+    launch_dependent(frame_token_kernel, dim3(1), dim3(1024), 0, stream, "frame_token_kernel", dur,
+                     T, frame_token);
 }
 
 void expand_frames(const float* x, const int32_t* frame_token, float* out, int C, int T, int F,
@@ -248,16 +256,16 @@ void interpolate_linear(const float* x, float* out, int C, int Tin, int Tout, do
                         cudaStream_t stream) {
     if (C == 0 || Tout == 0) return;
     const dim3 grid(blocks_for(Tout), unsigned(C));
-    interpolate_linear_kernel<<<grid, kThreads, 0, stream>>>(x, out, Tin, Tout, scale);
-    KOKORO_CHECK_LAUNCH("interpolate_linear_kernel");
+    launch_dependent(interpolate_linear_kernel, grid, dim3(kThreads), 0, stream,
+                     "interpolate_linear_kernel", x, out, Tin, Tout, scale);
 }
 
 void to_half_rows(const float* x, __half* y, int C, int T, HalfOperands form,
                   cudaStream_t stream) {
     if (C == 0 || T == 0) return;
     __half* y_lo = form == HalfOperands::kSplit ? y + int64_t(T) * half_rows_pitch(C) : nullptr;
-    to_half_rows_kernel<<<half_rows_grid(C, T), kHalfRowsThreads, 0, stream>>>(x, y, y_lo, C, T);
-    KOKORO_CHECK_LAUNCH("to_half_rows_kernel");
+    launch_dependent(to_half_rows_kernel, half_rows_grid(C, T), dim3(kHalfRowsThreads), 0, stream,
+                     "to_half_rows_kernel", x, y, y_lo, C, T);
 }
 
 }  // namespace kokoro::ops

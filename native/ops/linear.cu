@@ -37,6 +37,7 @@ namespace {
 
 // y[r, c] += b[c] for a [rows, cols] matrix.
 __global__ void add_bias_columns_kernel(float* y, const float* b, int64_t n, int cols) {
+    await_producers();
     const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (i < n) y[i] += b[i % cols];
 }
@@ -44,6 +45,7 @@ __global__ void add_bias_columns_kernel(float* y, const float* b, int64_t n, int
 // x [rows, in] -> x_split [2, rows, pitch]: hi, then lo; zero past `in`.
 __global__ void split_rows_kernel(const float* x, __half* x_split, int rows, int in, int pitch) {
     await_producers();
+    release_dependents();
     const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     const int64_t n = int64_t(rows) * pitch;
     if (i >= n) return;
@@ -96,6 +98,7 @@ Plan plan(int rows, int in, int out) {
 __global__ void split_sum_kernel(const float* partial, int splits, const float* b, float* y,
                                  int64_t n, int out, float w_scale, float beta) {
     await_producers();
+    release_dependents();
     const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (i >= n) return;
     float sum = partial[i];
@@ -129,6 +132,7 @@ __device__ void load_chunk(__half* stage, const Args& a, int m0, int n0, int c) 
 
 __global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args a) {
     await_producers();
+    release_dependents();
     extern __shared__ __align__(16) __half smem[];
     const int m0 = blockIdx.y * kTile, n0 = blockIdx.x * kTile;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -261,8 +265,8 @@ void linear(cublasHandle_t handle, const float* x, const float* w, const float* 
     matmul(handle, false, true, rows, out, in, x, in, w, in, beta, y, out, stream, math);
     if (b != nullptr) {
         const int64_t n = int64_t(rows) * out;
-        add_bias_columns_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(y, b, n, out);
-        KOKORO_CHECK_LAUNCH("add_bias_columns_kernel");
+        launch_dependent(add_bias_columns_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0,
+                         stream, "add_bias_columns_kernel", y, b, n, out);
     }
 }
 

@@ -44,6 +44,7 @@
 #include <cstdint>
 
 #include "kokoro/check.h"
+#include "kokoro/launch.cuh"
 #include "kokoro/ops.h"
 
 namespace kokoro::ops {

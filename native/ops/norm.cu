@@ -59,6 +59,7 @@ constexpr int kRowsMaxCols = 32 * kRowsMaxPerLane;
 __global__ void layer_norm_rows_kernel(const float* x, const float* x_bias, float* y, int rows,
                                        int cols, Affine affine, float eps) {
     await_producers();
+    release_dependents();
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
@@ -93,6 +94,7 @@ constexpr int kChannelSplit = 8;
 // splits the channels; partial sums meet in shared memory.
 __global__ void layer_norm_channels_kernel(const float* x, float* y, int C, int T, Affine affine,
                                            float eps) {
+    await_producers();
     __shared__ float partial[kChannelSplit][32];
     const int t = blockIdx.x * 32 + threadIdx.x;
     const bool live = t < T;
@@ -267,6 +269,7 @@ __device__ void apply_piece(const AdainArgs& a, int c, const Piece& p, const Cha
 
 // Rows of one statistics block: one block per channel, statistics and apply.
 __global__ void adain_fused_kernel(AdainArgs a) {
+    await_producers();
     __shared__ double scratch[kAdainThreads / 32];
     const int c = blockIdx.x;
     const Piece p(a.x + int64_t(c) * a.T, a.T, 0, 1);
@@ -277,6 +280,7 @@ __global__ void adain_fused_kernel(AdainArgs a) {
 // Long rows, pass 1: block (part, c) writes {count, sum, m2} of its piece to
 // partials[(c * parts + part) * 3].
 __global__ void adain_stats_kernel(AdainArgs a, double* partials) {
+    await_producers();
     __shared__ double scratch[kAdainThreads / 32];
     const int c = blockIdx.y, part = blockIdx.x;
     const float* xr = a.x + int64_t(c) * a.T;
@@ -314,6 +318,7 @@ __device__ double2 combine_partials(const AdainArgs& a, const double* partials, 
 // Long rows, pass 2: block (tile, c) combines the channel's partials, then
 // applies its tile.
 __global__ void adain_apply_kernel(AdainArgs a, const double* partials, int parts) {
+    await_producers();
     __shared__ double scratch[kAdainThreads / 32];
     const int c = blockIdx.y;
     const double2 s = combine_partials(a, partials, parts, c, scratch);
@@ -326,6 +331,7 @@ __global__ void adain_apply_kernel(AdainArgs a, const double* partials, int part
 // warp, per channel: a conv's partials (one per 128 steps) run to ~1000.
 __global__ void adain_finalize_kernel(AdainArgs a, const double* partials, int parts,
                                       ChannelApply* apply) {
+    await_producers();
     __shared__ double scratch[kAdainThreads / 32];
     const int c = blockIdx.x;
     const double2 s = combine_partials(a, partials, parts, c, scratch);
@@ -336,6 +342,7 @@ __global__ void adain_finalize_kernel(AdainArgs a, const double* partials, int p
 // (half_rows.cuh) with its 64 channels' ChannelApply in shared memory.
 __global__ void adain_half_rows_kernel(AdainArgs a, const ChannelApply* apply, __half* y,
                                        __half* y_lo) {
+    await_producers();
     __shared__ ChannelApply local[kHalfRowsTileC];
     const int c0 = blockIdx.y * kHalfRowsTileC;
     if (threadIdx.x < kHalfRowsTileC && c0 + int(threadIdx.x) < a.C)
@@ -365,9 +372,9 @@ void layer_norm_channels(const float* x, float* y, int C, int T, const float* ga
                          const float* beta, const float* style_gamma, const float* style_beta,
                          float eps, cudaStream_t stream) {
     if (T == 0) return;
-    layer_norm_channels_kernel<<<unsigned((T + 31) / 32), dim3(32, kChannelSplit), 0, stream>>>(
-        x, y, C, T, Affine{gamma, beta, style_gamma, style_beta}, eps);
-    KOKORO_CHECK_LAUNCH("layer_norm_channels_kernel");
+    launch_dependent(layer_norm_channels_kernel, dim3(unsigned((T + 31) / 32)),
+                     dim3(32, kChannelSplit), 0, stream, "layer_norm_channels_kernel", x, y, C, T,
+                     Affine{gamma, beta, style_gamma, style_beta}, eps);
 }
 
 // The partials, then (half rows only) one ChannelApply per channel.
@@ -385,17 +392,15 @@ void adain(const float* x, float* y, int C, int T, const float* style, Activatio
     const AdainArgs args{x, y, C, T, style, act, act_slope, alpha, vec_store, false};
     const int parts = stats_parts(T);
     if (parts == 1) {
-        adain_fused_kernel<<<unsigned(C), kAdainThreads, 0, stream>>>(args);
-        KOKORO_CHECK_LAUNCH("adain_fused_kernel");
+        launch_dependent(adain_fused_kernel, dim3(unsigned(C)), dim3(kAdainThreads), 0, stream,
+                         "adain_fused_kernel", args);
         return;
     }
-    adain_stats_kernel<<<dim3(unsigned(parts), unsigned(C)), kAdainThreads, 0, stream>>>(args,
-                                                                                       scratch);
-    KOKORO_CHECK_LAUNCH("adain_stats_kernel");
+    launch_dependent(adain_stats_kernel, dim3(unsigned(parts), unsigned(C)), dim3(kAdainThreads), 0,
+                     stream, "adain_stats_kernel", args, scratch);
     const int tiles = std::max(1, (T / 4 + kApplyVecs - 1) / kApplyVecs);
-    adain_apply_kernel<<<dim3(unsigned(tiles), unsigned(C)), kAdainThreads, 0, stream>>>(
-        args, scratch, parts);
-    KOKORO_CHECK_LAUNCH("adain_apply_kernel");
+    launch_dependent(adain_apply_kernel, dim3(unsigned(tiles), unsigned(C)), dim3(kAdainThreads), 0,
+                     stream, "adain_apply_kernel", args, scratch, parts);
 }
 
 void adain_half_rows(const float* x, __half* y, int C, int T, const float* style, Activation act,
@@ -407,19 +412,16 @@ void adain_half_rows(const float* x, __half* y, int C, int T, const float* style
     const int own_parts = stats_parts(T);
     const ChannelPartials stats = given.parts > 0 ? given : ChannelPartials{scratch, own_parts};
     if (given.parts == 0) {
-        adain_stats_kernel<<<dim3(unsigned(own_parts), unsigned(C)), kAdainThreads, 0, stream>>>(
-            args, scratch);
-        KOKORO_CHECK_LAUNCH("adain_stats_kernel");
+        launch_dependent(adain_stats_kernel, dim3(unsigned(own_parts), unsigned(C)),
+                         dim3(kAdainThreads), 0, stream, "adain_stats_kernel", args, scratch);
     }
     auto* apply =
         reinterpret_cast<ChannelApply*>(scratch + int64_t(C) * own_parts * kPartialDoubles);
-    adain_finalize_kernel<<<unsigned(C), kAdainThreads, 0, stream>>>(args, stats.data, stats.parts,
-                                                                      apply);
-    KOKORO_CHECK_LAUNCH("adain_finalize_kernel");
+    launch_dependent(adain_finalize_kernel, dim3(unsigned(C)), dim3(kAdainThreads), 0, stream,
+                     "adain_finalize_kernel", args, stats.data, stats.parts, apply);
     __half* y_lo = form == HalfOperands::kSplit ? y + int64_t(T) * half_rows_pitch(C) : nullptr;
-    adain_half_rows_kernel<<<half_rows_grid(C, T), kHalfRowsThreads, 0, stream>>>(args, apply, y,
-                                                                                  y_lo);
-    KOKORO_CHECK_LAUNCH("adain_half_rows_kernel");
+    launch_dependent(adain_half_rows_kernel, half_rows_grid(C, T), dim3(kHalfRowsThreads), 0,
+                     stream, "adain_half_rows_kernel", args, apply, y, y_lo);
 }
 
 }  // namespace kokoro::ops

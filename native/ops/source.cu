@@ -20,6 +20,7 @@
 
 #include "kokoro/block_scan.cuh"
 #include "kokoro/check.h"
+#include "kokoro/launch.cuh"
 #include "kokoro/ops.h"
 
 namespace kokoro::ops {
@@ -80,6 +81,7 @@ __device__ double sample_rad(const float* f0, int upp, int h, int64_t i, double 
 // frame_rad[h, j] = rad resampled at scale 1 / upp, position (j + 0.5) * upp - 0.5.
 __global__ void frame_rad_kernel(const float* f0, int Tf, int upp, int n_harm, double sample_rate,
                                  bool deterministic, const uint64_t* seed, double* frame_rad) {
+    await_producers();
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     const int h = blockIdx.y;
     if (j >= Tf) return;
@@ -95,6 +97,7 @@ __global__ void frame_rad_kernel(const float* f0, int Tf, int upp, int n_harm, d
 
 // In-place inclusive scan of each row of data [rows, n]; one block per row.
 __global__ void scan_kernel(double* data, int n) {
+    await_producers();
     __shared__ double warp_sums[kScanThreads / 32];
     __shared__ double carry;
     double* row = data + int64_t(blockIdx.x) * n;
@@ -117,6 +120,7 @@ struct SourceParams {
 // out[i] = tanh(sum_h lin_w[h] * wave_h[i] + lin_b), one thread per sample.
 __global__ void source_kernel(const float* f0, const double* cum_rad, const float* lin_w,
                               const float* lin_b, SourceParams p, float* out) {
+    await_producers();
     const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     const int64_t n = int64_t(p.Tf) * p.upp;
     if (i >= n) return;
@@ -151,17 +155,15 @@ void harmonic_source(const float* f0, int Tf, int upp, int n_harm, int sample_ra
                      float* out, double* scratch, cudaStream_t stream) {
     if (Tf == 0 || upp == 0 || n_harm == 0) return;
     const dim3 frame_grid(unsigned((Tf + kThreads - 1) / kThreads), unsigned(n_harm));
-    frame_rad_kernel<<<frame_grid, kThreads, 0, stream>>>(f0, Tf, upp, n_harm, double(sample_rate),
-                                                          deterministic, seed, scratch);
-    KOKORO_CHECK_LAUNCH("frame_rad_kernel");
-    scan_kernel<<<unsigned(n_harm), kScanThreads, 0, stream>>>(scratch, Tf);
-    KOKORO_CHECK_LAUNCH("scan_kernel");
+    launch_dependent(frame_rad_kernel, frame_grid, dim3(kThreads), 0, stream, "frame_rad_kernel",
+                     f0, Tf, upp, n_harm, double(sample_rate), deterministic, seed, scratch);
+    launch_dependent(scan_kernel, dim3(unsigned(n_harm)), dim3(kScanThreads), 0, stream,
+                     "scan_kernel", scratch, Tf);
     const int64_t n = int64_t(Tf) * upp;
     const SourceParams params{Tf, upp, n_harm, sine_amp, noise_std, voiced_threshold,
                               deterministic, seed};
-    source_kernel<<<unsigned((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-        f0, scratch, lin_w, lin_b, params, out);
-    KOKORO_CHECK_LAUNCH("source_kernel");
+    launch_dependent(source_kernel, dim3(unsigned((n + kThreads - 1) / kThreads)), dim3(kThreads),
+                     0, stream, "source_kernel", f0, scratch, lin_w, lin_b, params, out);
 }
 
 }  // namespace kokoro::ops

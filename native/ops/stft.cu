@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kokoro/check.h"
+#include "kokoro/launch.cuh"
 #include "kokoro/ops.h"
 
 namespace kokoro::ops {
@@ -29,6 +30,7 @@ unsigned blocks_for(int64_t n) { return unsigned((n + kThreads - 1) / kThreads);
 // frames[f, i] = window[i] * x[reflect(f * hop + i - n_fft / 2)].
 __global__ void frame_window_kernel(const float* x, int n, const float* window, int n_fft, int hop,
                                     int frames, float* out) {
+    await_producers();
     const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (idx >= int64_t(frames) * n_fft) return;
     const int f = int(idx / n_fft), i = int(idx % n_fft);
@@ -41,6 +43,7 @@ __global__ void frame_window_kernel(const float* x, int n, const float* window, 
 // spectrum [frames, bins] -> out [2 * bins, frames]: magnitudes, then phases.
 __global__ void magnitude_phase_kernel(const cufftComplex* spectrum, int bins, int frames,
                                        float* out) {
+    await_producers();
     const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (idx >= int64_t(frames) * bins) return;
     const int b = int(idx / frames), f = int(idx % frames);
@@ -52,6 +55,7 @@ __global__ void magnitude_phase_kernel(const cufftComplex* spectrum, int bins, i
 // logits [2 * bins, frames] -> spectrum [frames, bins].
 __global__ void spectrum_from_logits_kernel(const float* logits, int bins, int frames, int n_fft,
                                             cufftComplex* spectrum) {
+    await_producers();
     const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (idx >= int64_t(frames) * bins) return;
     const int b = int(idx / frames), f = int(idx % frames);
@@ -67,6 +71,7 @@ __global__ void spectrum_from_logits_kernel(const float* logits, int bins, int f
 // padded signal collects frame f's sample p - f * hop.
 __global__ void overlap_add_kernel(const float* frames_td, const float* window, int n_fft, int hop,
                                    int frames, float* audio) {
+    await_producers();
     const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (i >= int64_t(hop) * (frames - 1)) return;
     const int64_t p = i + n_fft / 2;
@@ -145,14 +150,14 @@ void Stft::forward(const float* x, int n, float* out, cudaStream_t stream) {
     const int nframes = frames(n);
     const int bins = n_fft_ / 2 + 1;
     reserve(nframes, stream);
-    frame_window_kernel<<<blocks_for(int64_t(nframes) * n_fft_), kThreads, 0, stream>>>(
-        x, n, window_, n_fft_, hop_, nframes, frames_buf_);
-    KOKORO_CHECK_LAUNCH("frame_window_kernel");
+    launch_dependent(frame_window_kernel, dim3(blocks_for(int64_t(nframes) * n_fft_)),
+                     dim3(kThreads), 0, stream, "frame_window_kernel", x, n, window_, n_fft_, hop_,
+                     nframes, frames_buf_);
     KOKORO_CUFFT_CHECK(cufftSetStream(fwd_plan_, stream));
     KOKORO_CUFFT_CHECK(cufftExecR2C(fwd_plan_, frames_buf_, spectrum_buf_));
-    magnitude_phase_kernel<<<blocks_for(int64_t(nframes) * bins), kThreads, 0, stream>>>(
-        spectrum_buf_, bins, nframes, out);
-    KOKORO_CHECK_LAUNCH("magnitude_phase_kernel");
+    launch_dependent(magnitude_phase_kernel, dim3(blocks_for(int64_t(nframes) * bins)),
+                     dim3(kThreads), 0, stream, "magnitude_phase_kernel", spectrum_buf_, bins,
+                     nframes, out);
 }
 
 void Stft::inverse_from_logits(const float* logits, int nframes, float* audio,
@@ -160,14 +165,14 @@ void Stft::inverse_from_logits(const float* logits, int nframes, float* audio,
     if (nframes < 2) return;  // hop * (frames - 1) samples: nothing to write
     const int bins = n_fft_ / 2 + 1;
     reserve(nframes, stream);
-    spectrum_from_logits_kernel<<<blocks_for(int64_t(nframes) * bins), kThreads, 0, stream>>>(
-        logits, bins, nframes, n_fft_, spectrum_buf_);
-    KOKORO_CHECK_LAUNCH("spectrum_from_logits_kernel");
+    launch_dependent(spectrum_from_logits_kernel, dim3(blocks_for(int64_t(nframes) * bins)),
+                     dim3(kThreads), 0, stream, "spectrum_from_logits_kernel", logits, bins,
+                     nframes, n_fft_, spectrum_buf_);
     KOKORO_CUFFT_CHECK(cufftSetStream(inv_plan_, stream));
     KOKORO_CUFFT_CHECK(cufftExecC2R(inv_plan_, spectrum_buf_, frames_buf_));
-    overlap_add_kernel<<<blocks_for(int64_t(hop_) * (nframes - 1)), kThreads, 0, stream>>>(
-        frames_buf_, window_, n_fft_, hop_, nframes, audio);
-    KOKORO_CHECK_LAUNCH("overlap_add_kernel");
+    launch_dependent(overlap_add_kernel, dim3(blocks_for(int64_t(hop_) * (nframes - 1))),
+                     dim3(kThreads), 0, stream, "overlap_add_kernel", frames_buf_, window_, n_fft_,
+                     hop_, nframes, audio);
 }
 
 }  // namespace kokoro::ops
