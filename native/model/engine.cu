@@ -11,7 +11,8 @@
 //   The conv weights that the tensor-core convs read (DeviceWeights::
 //   half_only) go instead, as FP16 with the last axis padded to 8
 //   (ops::conv_weight_to_half_rows: rounded for precision "fast", split
-//   into hi and lo parts for "fp32"), into a second arena.
+//   into hi and lo parts for "fp32" and for the prosody predictor's in
+//   both), into a second arena, with ALBERT's split linears (fast).
 // - Workspace: named buffers reused across calls; a buffer grows only when a
 //   longer input needs more (the old one is freed after the lane drains).
 // - Lane: four streams with their events (main and side with cuBLAS handles,
@@ -132,12 +133,14 @@ bool DeviceWeights::split_linear(const std::string& name, size_t dims) {
 }
 
 bool DeviceWeights::half_only(const std::string& name, int c_in) {
-    return c_in >= kMinHalfChannels && name.rfind("predictor.", 0) != 0 &&
-           name.find(".ups.") == std::string::npos;
+    return c_in >= kMinHalfChannels && name.find(".ups.") == std::string::npos;
 }
 
-DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOperands form)
-    : half_form_(form) {
+ops::HalfOperands DeviceWeights::half_form(const std::string& name, ops::HalfOperands form) {
+    return name.rfind("predictor.", 0) == 0 ? ops::HalfOperands::kSplit : form;
+}
+
+DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOperands form) {
     // Lay out every device tensor as (offset, pieces copied from the host);
     // derived tensors (folded LSTM biases, relaid conv weights) are built in
     // `owned` first.
@@ -164,7 +167,8 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
         half_offsets[name] = at;
         halves.resize(round_up(at + size_t(n), kArenaAlignFloats * 2));
         split_entries_[name] = {
-            nullptr, n, ops::linear_weight_to_split_half(w, halves.data() + at, int(out), int(in))};
+            nullptr, n, ops::linear_weight_to_split_half(w, halves.data() + at, int(out), int(in)),
+            ops::HalfOperands::kSplit};
     };
     auto find = [&](const std::string& name) -> const HostTensor& {
         auto it = host.find(name);
@@ -198,14 +202,15 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
                 ops::conv_weight_to_device_layout(tensor.data, owned.back().data(), A, B, K);
                 src = owned.back().data();
                 if (half_only(name, B)) {
+                    const ops::HalfOperands wform = half_form(name, form);
                     const int64_t n = A * K * ops::half_rows_pitch(B);
                     const size_t at = halves.size();
                     half_offsets[name] = at;
-                    halves.resize(round_up(at + size_t(n * ops::half_parts(form)),
+                    halves.resize(round_up(at + size_t(n * ops::half_parts(wform)),
                                            kArenaAlignFloats * 2));
                     const float scale =
-                        ops::conv_weight_to_half_rows(src, halves.data() + at, A, K, B, form);
-                    half_entries_[name] = {nullptr, n, scale};
+                        ops::conv_weight_to_half_rows(src, halves.data() + at, A, K, B, wform);
+                    half_entries_[name] = {nullptr, n, scale, wform};
                     continue;  // no fp32 copy
                 }
             }
@@ -377,7 +382,7 @@ DeviceWeights::HalfConv DeviceWeights::get_half(const std::string& name, int64_t
                            std::to_string(it->second.numel) + " values; the model needs " +
                            std::to_string(numel));
     }
-    return {it->second.ptr, it->second.scale, half_form_};
+    return {it->second.ptr, it->second.scale, it->second.form};
 }
 
 DeviceWeights::SplitLinear DeviceWeights::get_split_linear(const std::string& name, int out,

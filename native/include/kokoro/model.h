@@ -93,16 +93,20 @@ struct DeviceFree {
 class DeviceWeights {
 public:
     // The conv weights the tensor-core convs read (half_only) are kept as
-    // FP16 alone, in `form`: rounded for precision "fast", split for "fp32".
+    // FP16 alone, in `form` (rounded for precision "fast", split for
+    // "fp32") or as half_form() says.
     DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOperands form);
     static constexpr int kMinHalfChannels = 32;
     // The one place that says which convs run on the tensor cores: a conv
-    // weight (K >= 2, c_in on its middle axis) of every dense conv of the
-    // text encoder, decoder and generator with at least kMinHalfChannels
-    // inputs, but not the prosody predictor's (its F0/N stacks stay fp32:
-    // their small GEMMs are latency bound) nor the generator's transposed
+    // weight (K >= 2, c_in on its middle axis) of every dense conv with at
+    // least kMinHalfChannels inputs, but not the generator's transposed
     // upsamplers "ups" (GEMM + overlap-add on the fp32 weight).
     static bool half_only(const std::string& name, int c_in);
+    // The FP16 form of tensor-core conv weight `name` in an engine of
+    // `form`: the prosody predictor's (the F0 / N stacks) are split in every
+    // precision, since F0 reaches the audio through the source's phase and
+    // must stay float32-accurate; the others take the engine's form.
+    static ops::HalfOperands half_form(const std::string& name, ops::HalfOperands form);
     DeviceWeights(const DeviceWeights&) = delete;
     DeviceWeights& operator=(const DeviceWeights&) = delete;
 
@@ -172,10 +176,10 @@ private:
         const __half* ptr;
         int64_t numel;  // per part
         float scale;
+        ops::HalfOperands form;
     };
     std::unique_ptr<float, DeviceFree> arena_;
     std::unique_ptr<__half, DeviceFree> half_arena_;
-    ops::HalfOperands half_form_;
     size_t bytes_ = 0;
     std::unordered_map<std::string, Entry> entries_;
     std::unordered_map<std::string, HalfEntry> half_entries_;
