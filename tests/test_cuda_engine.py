@@ -261,9 +261,9 @@ def test_fast_audio_close_to_cpu_reference(
 def test_fast_short_utterance_concurrent_resblocks(
     config: ModelConfig, weights: dict[str, np.ndarray], fast: CUDABackend
 ) -> None:
-    """Utterances of <= 128 frames run each generator stage's residual blocks on three streams
-    (generator.cu, kConcurrentResblockFrames): close to the CPU reference, and the same bits
-    uncaptured, captured, replayed and traced."""
+    """Short utterances run each generator stage's residual blocks on three streams (generator.cu,
+    kConcurrentResblockValues: both stages up to ~160 frames): close to the CPU reference, and the
+    same bits uncaptured, captured, replayed and traced."""
     ids, ref_s = random_inputs(config, 16, seed=31)
     cpu_audio, cpu_dur = CPUBackend(config, weights).forward(ids, ref_s, 1.0, deterministic=True, seed=None)
     runs = [fast.forward(ids, ref_s, 1.0, deterministic=True, seed=None) for _ in range(3)]

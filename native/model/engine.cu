@@ -602,7 +602,7 @@ void Context::linear(const std::string& prefix, const float* x, float* y, int ro
         const DeviceWeights::SplitLinear w = weights.get_split_linear(weight, out, in);
         __half* x_split = halves("ops.split_rows", 2 * int64_t(rows) * ops::split_pitch(in));
         float* scratch =
-            floats("ops.split_partials", ops::linear_split_half_scratch_floats(rows, in, out));
+            floats("ops.scratch", ops::linear_split_half_scratch_floats(rows, in, out));
         ops::linear_split_half(x, x_split, w.w, w.scale, b, y, rows, in, out, scratch, stream,
                                beta);
         return;

@@ -31,16 +31,16 @@ constexpr float kPostSlope = 0.01f;  // F.leaky_relu's default, not the stages' 
 constexpr int kNoiseResKernel = 7;
 constexpr int kLastNoiseResKernel = 11;
 constexpr int kPostKernel = 7;
-// Utterances of at most this many frames (3.2 s of audio) in precision
-// "fast" run a stage's residual blocks concurrently, one per stream: there
-// each conv is a few microseconds of latency-bound blocks, and three
-// independent chains overlap their kernel boundaries. Longer ones fill the
-// GPU with one block at a time, and the extra slots per stream (hidden,
-// half rows, split sums, the block's output: [C, T] each) would grow the
-// engine's memory (48 MB at 92 frames, ~65 MB at this bound; fp32's split
-// half rows would take the long case past PyTorch's, so fp32 stays
-// sequential).
-constexpr int kConcurrentResblockFrames = 128;
+// Stages of at most this many values ([C, T]) run their residual blocks
+// concurrently in precision "fast", one per stream: there each conv's grid
+// fills only part of the GPU (a few latency-bound blocks per SM), and three
+// independent chains overlap. Larger stages fill the GPU with one block at
+// a time, and the extra slots per stream (hidden, half rows, split sums,
+// the block's output: [C, T] each) would grow the engine's memory (~75 MB
+// at this bound; both stages of utterances up to ~160 frames, stage 0 up to
+// ~490 frames). fp32 stays sequential: its split half rows would take the
+// long case past PyTorch's memory.
+constexpr int64_t kConcurrentResblockValues = int64_t(256) * 9800;
 
 // AdaINResBlock1 `prefix`: out = block(x) on [C, T]; out may equal x. Three
 // times: AdaIN + Snake, dilated conv, AdaIN + Snake, conv, residual add.
@@ -209,7 +209,7 @@ void generator_forward(const Context& ctx, const Context& side,
 
         // Mean of the stage's residual blocks; the sum builds up in `mean`,
         // in block order either way (the same bits sequential or concurrent).
-        const bool concurrent = ctx.fast && F <= kConcurrentResblockFrames &&
+        const bool concurrent = ctx.fast && n <= kConcurrentResblockValues &&
                                 n_kernels <= kResblockStreams + 1;
         std::vector<float*> outs{mean};
         for (int j = 1; j < n_kernels; ++j) {
