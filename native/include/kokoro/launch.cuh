@@ -11,9 +11,13 @@
 // have started, and wait on their SMs, which pays off only in serial chains
 // of small kernels with nothing running beside them (ALBERT's), and costs
 // throughput where other streams need those SMs (the generator, batches).
-// On older GPUs launch_dependent is a plain launch.
+// Elsewhere (older GPUs, or code built for them) launch_dependent is a
+// plain launch.
 #pragma once
 
+#include <map>
+#include <mutex>
+#include <string>
 #include <utility>
 
 #include <cuda_runtime.h>
@@ -36,12 +40,25 @@ __device__ __forceinline__ void release_dependents() {
 #endif
 }
 
-// Whether the current device supports programmatic dependent launch.
-inline bool dependent_launch_supported() {
-    int device = 0, major = 0;
+// Whether `kernel` may be launched as a dependent on the current device: the
+// GPU supports it (compute capability 9.0 or newer) and the kernel's code
+// for it was compiled for sm_90 or newer (from PTX or SASS), so that its
+// await_producers() is not compiled out. Cached per kernel and device.
+inline bool dependent_launch_allowed(const void* kernel) {
+    int device = 0;
     KOKORO_CUDA_CHECK(cudaGetDevice(&device));
+    static std::mutex mutex;
+    static std::map<std::pair<const void*, int>, bool> known;
+    const std::lock_guard<std::mutex> lock(mutex);
+    auto it = known.find({kernel, device});
+    if (it != known.end()) return it->second;
+    int major = 0;
     KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    return major >= 9;
+    cudaFuncAttributes attributes{};
+    KOKORO_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    const bool allowed = major >= 9 && attributes.ptxVersion >= 90;
+    known[{kernel, device}] = allowed;
+    return allowed;
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent
@@ -58,7 +75,7 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
     config.dynamicSmemBytes = smem;
     config.stream = stream;
     config.attrs = &attr;
-    config.numAttrs = dependent_launch_supported() ? 1 : 0;
+    config.numAttrs = dependent_launch_allowed(reinterpret_cast<const void*>(kernel)) ? 1 : 0;
     const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
     if (status != cudaSuccess) check_cuda(status, (std::string("launch of ") + name).c_str());
 }
