@@ -388,7 +388,9 @@ DeviceWeights::HalfConv DeviceWeights::get_half(const std::string& name, int64_t
 DeviceWeights::SplitLinear DeviceWeights::get_split_linear(const std::string& name, int out,
                                                            int in) const {
     auto it = split_entries_.find(name);
-    if (it == split_entries_.end()) throw WeightsError("no split FP16 copy of tensor '" + name + "'");
+    if (it == split_entries_.end()) {
+        throw WeightsError("no split FP16 copy of tensor '" + name + "'");
+    }
     if (it->second.numel != 2 * int64_t(out) * ops::split_pitch(in)) {
         throw WeightsError("the split FP16 copy of '" + name + "' does not match [" +
                            std::to_string(out) + ", " + std::to_string(in) + "]");

@@ -167,10 +167,10 @@ __global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args a) {
                 const __half* ws = tiles + (2 + part) * kTile * kPitch;
 #pragma unroll
                 for (int i = 0; i < 2; ++i) {
-                    ldmatrix_x4(xf[part][i],
-                                xs + (wm + i * 16 + lane % 16) * kPitch + kk + lane / 16 * 8);
-                    ldmatrix_x4(wf[part][i], ws + (wn + i * 16 + lane % 8 + lane / 16 * 8) * kPitch +
-                                                 kk + lane / 8 % 2 * 8);
+                    const int x_row = wm + i * 16 + lane % 16;
+                    const int w_row = wn + i * 16 + lane % 8 + lane / 16 * 8;
+                    ldmatrix_x4(xf[part][i], xs + x_row * kPitch + kk + lane / 16 * 8);
+                    ldmatrix_x4(wf[part][i], ws + w_row * kPitch + kk + lane / 8 % 2 * 8);
                 }
             }
             // x_hi w_hi + x_hi w_lo + x_lo w_hi (x_lo w_lo, ~2^-22
