@@ -21,7 +21,7 @@
 // accumulators into fp32 registers.
 // ALBERT's shapes give few tiles (12 - 36 at 32 rows), and a block's steps
 // are bound by the latency of its copies, so the reduction is split over
-// blocks until the grid has two blocks per SM; the splits' sums are then
+// blocks up to a wave of two blocks per SM; the splits' sums are then
 // added in a fixed order (deterministic) by split_sum_kernel.
 #include <algorithm>
 
@@ -83,13 +83,15 @@ struct Plan {
     int splits, chunks_per_split;
 };
 
+// As many splits as keep the grid within one wave of two blocks per SM (a
+// wave and a bit would take two waves' time).
 Plan plan(int rows, int in, int out) {
     int device = 0, sms = 0;
     KOKORO_CUDA_CHECK(cudaGetDevice(&device));
     KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     const int chunks = split_pitch(in) / kBK;
     const int tiles = ((out + kTile - 1) / kTile) * ((rows + kTile - 1) / kTile);
-    const int wanted = std::max(1, (2 * sms + tiles - 1) / tiles);
+    const int wanted = std::max(1, 2 * sms / tiles);
     const int per = (chunks + wanted - 1) / wanted;
     return {(chunks + per - 1) / per, per};
 }
