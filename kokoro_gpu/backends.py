@@ -6,13 +6,14 @@ backend drives the native engine (``kokoro_gpu._native``), which holds the
 weights on the GPU and runs the whole forward pass there in one call.
 
 Precision: ``"fp32"``: float32-level accuracy everywhere (the CUDA engine
-runs the dense convolutions of the text encoder, decoder and generator on
-tensor cores with split FP16 operands, hi + lo, three products per
-multiply-add, fp32 accumulation); ``"fast"`` runs those convolutions with
-plain FP16 operands and the other GEMMs there in TF32, keeping the duration
-path, the F0/N predictor, LSTM recurrences, norms, the source and the STFTs
-in fp32 (durations identical, audio within 7.5e-3 of the float64 truth on
-the golden fixtures). The CPU backend has no fast mode: it maps
+runs the dense convolutions on tensor cores with split FP16 operands, hi +
+lo, three products per multiply-add, fp32 accumulation); ``"fast"`` runs the
+text encoder's, decoder's and generator's convolutions with plain FP16
+operands and their other GEMMs in TF32, and keeps float32-level accuracy
+elsewhere: the F0/N predictor's convolutions and ALBERT's linears on split
+FP16 operands, LSTM recurrences, norms, the source and the STFTs in fp32
+(durations identical, audio within 8.7e-3 of the float64 truth on the
+golden fixtures). The CPU backend has no fast mode: it maps
 ``"fast"`` to ``"fp32"`` (and reports ``precision == "fp32"``), so that
 ``device="auto"`` works with either precision.
 

@@ -1,7 +1,7 @@
 // Bidirectional multi-head attention core (ALBERT), plain fp32: two batched
 // SGEMMs on cuBLAS around one softmax pass, the [heads, T, T] scores held in
-// `scratch`. ALBERT runs this on the duration path, which must stay close to
-// fp32 bit for bit, so there is no TF32 or FP16 anywhere. The previous
+// `scratch`. ALBERT runs this on the duration path, which must stay
+// float32-accurate, so there is no TF32 or rounded FP16 here. The previous
 // design, a hand-written SIMT flash kernel that never stored the scores,
 // took about 290 us per call at T = 502 (12 heads of 64) on an H200; cuBLAS's
 // fp32 GEMMs run far closer to the fp32 peak, and at T <= 512 the score

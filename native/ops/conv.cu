@@ -4,13 +4,13 @@
 // channel is a [Cout, Cin] matrix with row pitch K * Cin.
 //
 // Conv1d, dense, stride 1, on cuBLAS GEMMs (the convs without a tensor-core
-// weight: the F0/N stacks), where im2col would take more than one chunk
-// (long inputs): per-tap GEMMs, no im2col (shorter ones run as the strided
-// convs below). Per time chunk of n outputs, taps grouped by alignment class
-// r = (k * dil) mod 4: the input window with its zero padding is copied once
-// per class, shifted by r (win[ci, j] = xpad[ci, t0 + r + j], row pitch a
-// multiple of 4 floats), then each tap of the class, k * dil = 4q + r, is
-// one GEMM
+// weight: fewer than 32 input channels), where im2col would take more than
+// one chunk (long inputs): per-tap GEMMs, no im2col (shorter ones run as the
+// strided convs below). Per time chunk of n outputs, taps grouped by
+// alignment class r = (k * dil) mod 4: the input window with its zero
+// padding is copied once per class, shifted by r (win[ci, j] = xpad[ci, t0 +
+// r + j], row pitch a multiple of 4 floats), then each tap of the class, k *
+// dil = 4q + r, is one GEMM
 //   acc[Cout, n] (+)= w_k[Cout, Cin] @ win[:, 4q : 4q + n]
 // (beta 0 for the first tap, 1 after). Every base and pitch is then 16-byte
 // aligned where Cin % 4 == 0, so cuBLAS can pick its Hopper kernels. Chunks
@@ -18,7 +18,7 @@
 // pass writes y = acc + bias + residual.
 //
 // Conv1d, dense, stride 1, K >= 2, on the tensor cores (conv1d_half_rows;
-// the text encoder, decoder and generator convs in both precisions): one
+// every dense conv with at least 32 input channels, in both precisions): one
 // implicit-GEMM kernel, y[Cout, T] = W[Cout, K * Cin] @ X[K * Cin, T] with
 // X[(k, ci), t] = x[t + k * dil - pad, ci] never materialised. Operands are
 // FP16 with fp32 accumulation (mma.sync m16n8k16; wgmma on Hopper): FP16
@@ -49,7 +49,7 @@
 // into the same accumulators (three times the MMAs, float32-level sums).
 //
 // Conv1d, dense, strided (the noise convs), and stride-1 convs whose im2col
-// fits one chunk (the F0/N stacks, short inputs): im2col into `scratch` with
+// fits one chunk (short inputs): im2col into `scratch` with
 // tap-major rows (cols[k * Cin + ci, t] = xpad[ci, t * stride + k * dil], so
 // w is the [Cout, K * Cin] GEMM operand as stored), one GEMM per time chunk,
 // then the epilogue for bias and residual; a residual that is y itself folds
