@@ -6,8 +6,9 @@ backend drives the native engine (``kokoro_gpu._native``), which holds the
 weights on the GPU and runs the whole forward pass there in one call.
 
 Precision: ``"fp32"``: float32-level accuracy everywhere (the CUDA engine
-runs the dense convolutions on tensor cores with split FP16 operands, hi +
-lo, three products per multiply-add, fp32 accumulation); ``"fast"`` runs the
+runs the dense and the generator's transposed convolutions on tensor cores
+with split FP16 operands, hi + lo, three products per multiply-add, fp32
+accumulation); ``"fast"`` runs the
 text encoder's, decoder's and generator's convolutions with plain FP16
 operands and their other GEMMs in TF32, and keeps float32-level accuracy
 elsewhere: the F0/N predictor's convolutions and ALBERT's linears on split

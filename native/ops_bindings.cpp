@@ -582,6 +582,52 @@ py::array_t<float> conv_transpose1d(const FloatArray& x, const FloatArray& w, co
     return y.download({Cout, Tout});
 }
 
+// The polyphase tensor-core transposed conv ("fp16" / "fp16x3" maths, the
+// "_mma_sync" suffix too), dense: y = pad(conv_transpose(act(x)) + b) +
+// residual, act = LeakyReLU(leaky_slope), pad the reflection pad
+// (reflect_left, 0); returns (y, its statistics partials [Cout, parts, 3]
+// float64; parts 0 where the reduction is split).
+py::tuple conv_transpose1d_half(const FloatArray& x, const FloatArray& w, const OptionalFloat& b,
+                                int stride, int pad, int reflect_left,
+                                const OptionalFloat& residual, bool residual_in_place,
+                                float leaky_slope, const std::string& math) {
+    require_ndim(x, 2, "x");
+    require_ndim(w, 3, "w");
+    const int Cin = dim(x, 0), Tin = dim(x, 1), Cout = dim(w, 1), K = dim(w, 2);
+    require(dim(w, 0) == Cin, "conv_transpose1d_half: w does not match x");
+    const std::optional<HalfMath> hm = half_math(math);
+    require(hm.has_value(), "conv_transpose1d_half: math must be a tensor-core one, not " + math);
+    const int T = reflect_left + ops::conv_transpose1d_out_len(Tin, K, stride, pad, 0);
+    require(!residual || (residual->ndim() == 2 && dim(*residual, 0) == Cout &&
+                          dim(*residual, 1) == T),
+            "conv_transpose1d_half: residual must be [Cout, reflect_left + Tout]");
+    const ops::HalfOperands form = hm->form;
+    DFloat dx = DFloat::from(x);
+    DeviceArray<__half> rows(int64_t(ops::half_parts(form)) * Tin * ops::half_rows_pitch(Cin));
+    ops::to_half_rows(dx.get(), rows.get(), Cin, Tin, form, stream(), leaky_slope);
+    std::vector<__half> host(size_t(ops::half_parts(form)) * K * Cout * ops::half_rows_pitch(Cin));
+    const float scale = ops::conv_transpose_weight_to_half_rows(relaid_conv_weight(w).data(),
+                                                                host.data(), Cin, K, Cout, form);
+    DeviceArray<__half> dw(int64_t(host.size()));
+    KOKORO_CUDA_CHECK(cudaMemcpy(dw.get(), host.data(), host.size() * sizeof(__half),
+                                 cudaMemcpyHostToDevice));
+    OptionalDevice db(b);
+    const bool res_into_y = residual && residual_in_place;
+    DFloat y = res_into_y ? DFloat::from(*residual) : DFloat::poisoned(int64_t(Cout) * T);
+    OptionalDevice dres(res_into_y ? OptionalFloat() : residual);
+    DFloat scratch(ops::conv_transpose1d_half_rows_scratch_floats(Cin, Cout, Tin, K, stride, pad,
+                                                                  form));
+    const int parts = ops::conv_transpose1d_half_rows_stats_parts(Cin, Cout, Tin, K, stride, pad,
+                                                                  reflect_left, form);
+    auto stats = DeviceArray<double>::poisoned(int64_t(Cout) * parts * ops::kPartialDoubles);
+    ops::conv_transpose1d_half_rows(rows.get(), dw.get(), scale, db.get(), y.get(), Cin, Cout, Tin,
+                                    K, stride, pad, reflect_left,
+                                    res_into_y ? y.get() : dres.get(), form, scratch.get(),
+                                    stream(), hm->kernel, parts > 0 ? stats.get() : nullptr);
+    return py::make_tuple(y.download({Cout, T}),
+                          stats.download({Cout, parts, ops::kPartialDoubles}));
+}
+
 // ------------------------------------------------------ lstm, attention
 py::array_t<float> lstm_bidirectional(const FloatArray& x, const FloatArray& w_ih,
                                       const FloatArray& w_hh, const FloatArray& b) {
@@ -702,6 +748,9 @@ void register_ops(py::module_& m) {
           "math"_a = "fp16", "repeats"_a = 20);
     o.def("conv_transpose1d", &conv_transpose1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1,
           "pad"_a = 0, "output_padding"_a = 0, "groups"_a = 1);
+    o.def("conv_transpose1d_half", &conv_transpose1d_half, "x"_a, "w"_a, "b"_a = py::none(),
+          "stride"_a = 1, "pad"_a = 0, "reflect_left"_a = 0, "residual"_a = py::none(),
+          "residual_in_place"_a = false, "leaky_slope"_a = 1.f, "math"_a = "fp16");
     o.def("lstm_bidirectional", &lstm_bidirectional, "x"_a, "w_ih"_a, "w_hh"_a, "b"_a);
     o.def("attention", &attention, "q"_a, "k"_a, "v"_a, "heads"_a, "valid_len"_a,
           "packed"_a = false);

@@ -636,6 +636,86 @@ def test_conv_transpose1d(rng: np.random.Generator, case: tuple[int, ...]) -> No
         )
 
 
+# (Cin, Cout, Tin, K, stride, pad) of the polyphase tensor-core transposed conv
+HALF_CONV_TRANSPOSE_CASES = [
+    (512, 256, 37, 20, 10, 5),  # ups[0] on a short input: few blocks, split reduction
+    (256, 128, 501, 12, 6, 3),  # ups[1], split reduction
+    (256, 128, 6000, 12, 6, 3),  # ups[1]: wide tiles, one split (statistics)
+    (64, 40, 3000, 12, 6, 3),  # 240 GEMM rows: a Cout tile holds several phases
+    (48, 33, 20, 4, 2, 1),  # a Cin that is not a multiple of 8
+    (40, 24, 50, 9, 3, 1),  # three taps per phase
+    (32, 16, 30, 4, 2, 0),  # pad 0
+    (64, 32, 1, 12, 6, 3),  # Tin = 1
+]
+
+
+def leaky_f32(x: np.ndarray, slope: float) -> np.ndarray:
+    """LeakyReLU as the GPU computes it (float32)."""
+    return f32(np.where(x >= 0, x, x * np.float32(slope)))
+
+
+@pytest.mark.parametrize("math_name", ["fp16", "fp16_mma_sync", "fp16x3", "fp16x3_mma_sync"])
+@pytest.mark.parametrize("case", HALF_CONV_TRANSPOSE_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_conv_transpose1d_half(rng: np.random.Generator, case: tuple[int, ...], math_name: str) -> None:
+    """The generator's upsampler in one pass: LeakyReLU on the half rows, the phases of
+    the transposed conv as one GEMM interleaved by the epilogue, bias, the reflection pad
+    (1, 0) and the residual, against the float64 composition of those ops (on the
+    FP16-rounded operands for fp16, on the exact ones for fp16x3); its statistics
+    partials cover every element of y once, the pad's included."""
+    c_in, c_out, t_in, k, stride, pad = case
+    slope = 0.1
+    x = f32(rng.standard_normal((c_in, t_in)))
+    w = f32(rng.standard_normal((c_in, c_out, k)) / math.sqrt(c_in * k / stride))
+    b = f32(rng.standard_normal(c_out) + 1.0)
+    split = math_name.startswith("fp16x3")
+    operand = f64 if split else round_half
+    tol = reduction_tol(c_in * k // stride)
+    plain = ref.conv_transpose1d(operand(leaky_f32(x, slope)), operand(w), f64(b), stride, pad, 0, 1)
+    for reflect_left in (0, 1):
+        want = ref.reflection_pad(plain, reflect_left, 0)
+        residual = f32(rng.standard_normal(want.shape))
+        y, parts = gpu.conv_transpose1d_half(
+            x, w, b, stride, pad, reflect_left, leaky_slope=slope, math=math_name
+        )
+        check(f"conv_transpose1d_half {math_name} pad {reflect_left} {case}", y, want, tol)
+        for in_place in (False, True):
+            y, parts = gpu.conv_transpose1d_half(
+                x, w, b, stride, pad, reflect_left, residual, in_place, slope, math_name
+            )
+            name = f"conv_transpose1d_half {math_name} pad {reflect_left} + residual ({in_place}) {case}"
+            check(name, y, want + f64(residual), tol)
+        if parts.shape[1] == 0:  # a split reduction: no statistics
+            continue
+        y64 = f64(y)
+        counts, sums, m2 = parts[:, :, 0], parts[:, :, 1], parts[:, :, 2]
+        assert np.all(counts.sum(axis=1) == y.shape[1]), "every element counted once"
+        np.testing.assert_allclose(sums.sum(axis=1), y64.sum(axis=1), rtol=1e-11, atol=1e-11 * y.shape[1])
+        mean = y64.mean(axis=1, keepdims=True)
+        safe = np.maximum(counts, 1)
+        total_m2 = (m2 + np.where(counts > 0, (sums / safe - mean) ** 2 * counts, 0)).sum(axis=1)
+        np.testing.assert_allclose(total_m2, ((y64 - mean) ** 2).sum(axis=1), rtol=1e-9)
+        style = f32(rng.standard_normal(2 * c_out) * 0.5)
+        alpha = f32(rng.uniform(0.2, 2.0, c_out))
+        own = gpu.adain(y, style, "snake", 0.2, alpha, half_rows=True, split=split)
+        given = gpu.adain(y, style, "snake", 0.2, alpha, half_rows=True, split=split, partials=parts)
+        got, ref_own = ((given[0] + given[1]), (own[0] + own[1])) if split else (given, own)
+        check(f"adain from transposed-conv partials {math_name} {case}", got, ref_own, 1e-6)
+
+
+def test_conv_transpose1d_half_geometry_errors(rng: np.random.Generator) -> None:
+    """Shapes the polyphase kernel cannot take fail with a message naming the limit."""
+    x = f32(rng.standard_normal((32, 10)))
+    for k, stride, pad, reflect_left, what in [
+        (10, 4, 2, 0, "multiple of the stride"),
+        (6, 6, 3, 0, "at least two strides"),
+        (12, 6, 6, 0, "pad < stride"),
+        (12, 6, 3, 2, "reflection pad of 0 or 1"),
+    ]:
+        w = f32(rng.standard_normal((32, 8, k)))
+        with pytest.raises(BackendError, match=what):
+            gpu.conv_transpose1d_half(x, w, None, stride, pad, reflect_left)
+
+
 # -------------------------------------------------------- lstm, attention
 
 

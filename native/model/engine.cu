@@ -44,6 +44,7 @@
 #include <list>
 #include <regex>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -133,7 +134,11 @@ bool DeviceWeights::split_linear(const std::string& name, size_t dims) {
 }
 
 bool DeviceWeights::half_only(const std::string& name, int c_in) {
-    return c_in >= kMinHalfChannels && name.find(".ups.") == std::string::npos;
+    return c_in >= kMinHalfChannels && name.find(".pool.") == std::string::npos;
+}
+
+bool DeviceWeights::half_transposed(const std::string& name) {
+    return name.find(".ups.") != std::string::npos;
 }
 
 ops::HalfOperands DeviceWeights::half_form(const std::string& name, ops::HalfOperands form) {
@@ -201,15 +206,21 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
                 owned.emplace_back(static_cast<size_t>(tensor.numel()));
                 ops::conv_weight_to_device_layout(tensor.data, owned.back().data(), A, B, K);
                 src = owned.back().data();
-                if (half_only(name, B)) {
+                // Conv1d [c_out, c_in, K]; transposed [c_in, c_out, K].
+                const bool transposed = half_transposed(name);
+                if (half_only(name, transposed ? int(A) : B)) {
                     const ops::HalfOperands wform = half_form(name, form);
-                    const int64_t n = A * K * ops::half_rows_pitch(B);
+                    const int64_t n = transposed ? int64_t(K) * B * ops::half_rows_pitch(int(A))
+                                                 : A * K * ops::half_rows_pitch(B);
                     const size_t at = halves.size();
                     half_offsets[name] = at;
                     halves.resize(round_up(at + size_t(n * ops::half_parts(wform)),
                                            kArenaAlignFloats * 2));
+                    __half* dst = halves.data() + at;
                     const float scale =
-                        ops::conv_weight_to_half_rows(src, halves.data() + at, A, K, B, wform);
+                        transposed
+                            ? ops::conv_transpose_weight_to_half_rows(src, dst, int(A), K, B, wform)
+                            : ops::conv_weight_to_half_rows(src, dst, A, K, B, wform);
                     half_entries_[name] = {nullptr, n, scale, wform};
                     continue;  // no fp32 copy
                 }
@@ -517,17 +528,18 @@ void Context::record(const char* key, const float* device, std::vector<int64_t> 
 
 void Context::conv1d(const std::string& prefix, const float* x, float* y, int c_in, int c_out,
                      int t_in, int kernel, int stride, int pad, int dilation, int groups, bool bias,
-                     const float* residual) const {
+                     const float* residual, float leaky_slope) const {
     const int64_t numel = int64_t(c_out) * (c_in / groups) * kernel;
     const float* b = bias ? weights.get(prefix + ".bias", c_out) : nullptr;
     if (groups == 1 && stride == 1 && weights.has_half(prefix + ".weight")) {
         const DeviceWeights::HalfConv w = weights.get_half(
             prefix + ".weight", int64_t(c_out) * kernel * ops::half_rows_pitch(c_in));
         __half* rows = half_rows(c_in, t_in, w.form);
-        ops::to_half_rows(x, rows, c_in, t_in, w.form, stream);
+        ops::to_half_rows(x, rows, c_in, t_in, w.form, stream, leaky_slope);
         conv1d_half_rows(w, rows, y, c_in, c_out, t_in, kernel, pad, dilation, b, residual);
         return;
     }
+    x = leaky_relu_of(x, int64_t(c_in) * t_in, leaky_slope);
     const float* w = weights.get(prefix + ".weight", numel);
     const int64_t scratch_floats =
         ops::conv1d_scratch_floats(c_in, c_out, t_in, kernel, stride, pad, dilation, groups);
@@ -573,10 +585,7 @@ ops::ChannelPartials Context::conv1d_half_rows(const DeviceWeights::HalfConv& w,
     if (y_stats_slot != nullptr) {
         y_stats.parts =
             ops::conv1d_half_rows_stats_parts(c_in, c_out, t_in, kernel, pad, dilation, w.form);
-        if (y_stats.parts > 0) {
-            y_stats.data = ws.doubles(std::string("ops.conv_stats.") + y_stats_slot + tag,
-                                      int64_t(c_out) * y_stats.parts * ops::kPartialDoubles);
-        }
+        y_stats.data = conv_stats(y_stats_slot, c_out, y_stats.parts);
     }
     ops::conv1d_half_rows(rows, w.w, w.scale, b, y, c_in, c_out, t_in, kernel, pad, dilation,
                           residual, w.form, scratch, stream, ops::HalfConvKernel::kBest,
@@ -584,16 +593,58 @@ ops::ChannelPartials Context::conv1d_half_rows(const DeviceWeights::HalfConv& w,
     return y_stats;
 }
 
-void Context::conv_transpose1d(const std::string& prefix, const float* x, float* y, int c_in,
-                               int c_out, int t_in, int kernel, int stride, int pad,
-                               int output_padding, int groups) const {
-    const float* w = weights.get(prefix + ".weight", int64_t(c_in) * (c_out / groups) * kernel);
+ops::ChannelPartials Context::conv_transpose1d(const std::string& prefix, const float* x,
+                                               float* y, int c_in, int c_out, int t_in,
+                                               int kernel, int stride, int pad,
+                                               int output_padding, int groups, float leaky_slope,
+                                               int reflect_left, const float* residual,
+                                               const char* y_stats_slot) const {
+    const std::string weight = prefix + ".weight";
     const float* b = weights.get(prefix + ".bias", c_out);
+    if (groups == 1 && output_padding == 0 && weights.has_half(weight)) {
+        const DeviceWeights::HalfConv w =
+            weights.get_half(weight, int64_t(kernel) * c_out * ops::half_rows_pitch(c_in));
+        __half* rows = half_rows(c_in, t_in, w.form);
+        ops::to_half_rows(x, rows, c_in, t_in, w.form, stream, leaky_slope);
+        const int64_t scratch_floats = ops::conv_transpose1d_half_rows_scratch_floats(
+            c_in, c_out, t_in, kernel, stride, pad, w.form);
+        float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
+        ops::ChannelPartials y_stats{};
+        if (y_stats_slot != nullptr) {
+            y_stats.parts = ops::conv_transpose1d_half_rows_stats_parts(
+                c_in, c_out, t_in, kernel, stride, pad, reflect_left, w.form);
+            y_stats.data = conv_stats(y_stats_slot, c_out, y_stats.parts);
+        }
+        ops::conv_transpose1d_half_rows(rows, w.w, w.scale, b, y, c_in, c_out, t_in, kernel, stride,
+                                        pad, reflect_left, residual, w.form, scratch, stream,
+                                        ops::HalfConvKernel::kBest, y_stats.data);
+        return y_stats;
+    }
+    if (reflect_left != 0 || residual != nullptr) {
+        throw std::logic_error("conv_transpose1d " + prefix +
+                               ": a pad or residual needs its tensor-core weight");
+    }
+    const float* w = weights.get(weight, int64_t(c_in) * (c_out / groups) * kernel);
     const int64_t scratch_floats =
         ops::conv_transpose1d_scratch_floats(c_in, c_out, t_in, kernel, groups);
     float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
-    ops::conv_transpose1d(blas, x, w, b, y, c_in, c_out, t_in, kernel, stride, pad, output_padding,
-                          groups, scratch, stream, gemm_math());
+    ops::conv_transpose1d(blas, leaky_relu_of(x, int64_t(c_in) * t_in, leaky_slope), w, b, y,
+                          c_in, c_out, t_in, kernel, stride, pad, output_padding, groups, scratch,
+                          stream, gemm_math());
+    return {};
+}
+
+const float* Context::leaky_relu_of(const float* x, int64_t n, float leaky_slope) const {
+    if (leaky_slope == 1.f) return x;
+    float* activated = floats("ops.activated", n);
+    ops::leaky_relu(x, activated, n, leaky_slope, stream);
+    return activated;
+}
+
+double* Context::conv_stats(const char* slot, int c, int parts) const {
+    if (parts == 0) return nullptr;
+    return ws.doubles(std::string("ops.conv_stats.") + slot + tag,
+                      int64_t(c) * parts * ops::kPartialDoubles);
 }
 
 void Context::linear(const std::string& prefix, const float* x, float* y, int rows, int in, int out,

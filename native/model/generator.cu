@@ -7,11 +7,13 @@
 // The source and every stage's source branch depend on F0 alone, not on the
 // decoder: they run on a second context's stream (the engine's side
 // stream), concurrently with the decoder and the earlier stages' main path,
-// which waits for a stage's branch just before adding it (fp32 runs its
-// last branch on the main path: see generator_forward). Stage buffers come
-// from the workspace, each slot reused for everything whose lifetime does
-// not overlap, LeakyReLUs in place; the branch outputs are one slot per
-// stage, and the largest stage, [128, 120 F], sets the generator's memory.
+// which waits for a stage's branch just before its upsampler, whose
+// tensor-core pass adds the branch as its residual (fp32 runs its last
+// branch on the main path: see generator_forward). The LeakyReLUs ride on
+// the half rows of the convs after them. Stage buffers come from the
+// workspace, each slot reused for everything whose lifetime does not
+// overlap; the branch outputs are one slot per stage, and the largest
+// stage, [128, 120 F], sets the generator's memory.
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -31,27 +33,33 @@ constexpr float kPostSlope = 0.01f;  // F.leaky_relu's default, not the stages' 
 constexpr int kNoiseResKernel = 7;
 constexpr int kLastNoiseResKernel = 11;
 constexpr int kPostKernel = 7;
-// Stages of at most this many values ([C, T]) run their residual blocks
-// concurrently in precision "fast", one per stream: there each conv's grid
-// fills only part of the GPU (a few latency-bound blocks per SM), and three
-// independent chains overlap. Larger stages fill the GPU with one block at
-// a time, and the extra slots per stream (hidden, half rows, split sums,
-// the block's output: [C, T] each) would grow the engine's memory (~75 MB
-// at this bound; both stages of utterances up to ~160 frames, stage 0 up to
-// ~490 frames). fp32 stays sequential: its split half rows would take the
-// long case past PyTorch's memory.
+// In precision "fast" a stage's residual blocks run concurrently, one per
+// stream, where a conv's grid fills the GPU for a wave and a bit at most,
+// so that three independent chains fill each other's waves: stages of at
+// most kConcurrentResblockValues values ([C, T]; both stages of utterances
+// up to ~160 frames, stage 0 up to ~490), and the last stage up to
+// kConcurrentLastStageValues (stage 1 up to ~540 frames; medium's stage 1
+// is 1.7 waves of 128-step tiles, i.e. two waves' time, per conv). Earlier
+// stages share the GPU with the next stage's source branch, which fills
+// their tails already (long's stage 0 gained nothing). Larger stages keep
+// the GPU busy one block at a time, and the extra slots per stream (hidden,
+// half rows, the block's output: [C, T] each) would grow the engine's
+// memory (~130 MB at the last stage's bound). fp32 stays sequential: its
+// split half rows would take the long case past PyTorch's memory.
 constexpr int64_t kConcurrentResblockValues = int64_t(256) * 9800;
+constexpr int64_t kConcurrentLastStageValues = int64_t(1) << 23;
 
 // AdaINResBlock1 `prefix`: out = block(x) on [C, T]; out may equal x. Three
 // times: AdaIN + Snake, dilated conv, AdaIN + Snake, conv, residual add.
 // Each conv hands its output's statistics to the AdaIN after it (two slots:
 // the hidden's partials are read before the next hidden's are written, and
-// likewise the block output's).
+// likewise the block output's); x_stats: x's, where its producer wrote them.
 void adain_resblock1(const Context& ctx, const std::string& prefix, const float* x, float* out,
-                     int C, int T, int kernel, const std::vector<int>& dilations) {
+                     int C, int T, int kernel, const std::vector<int>& dilations,
+                     ops::ChannelPartials x_stats) {
     float* hidden = ctx.floats("resblock.hidden", int64_t(C) * T);
     const float* in = x;
-    ops::ChannelPartials in_stats{};
+    ops::ChannelPartials in_stats = x_stats;
     for (size_t j = 0; j < dilations.size(); ++j) {
         const std::string idx = std::to_string(j);
         const bool last = j + 1 == dilations.size();
@@ -152,15 +160,16 @@ float* source_branch(const Context& ctx, const float* har, int i, int F) {
     ctx.conv1d(g + ".noise_convs." + idx, har, source, spec_rows, s.c_out, spec_frames,
                noise_kernel, stride, noise_pad, 1, 1, true);
     adain_resblock1(ctx, g + ".noise_res." + idx, source, source, s.c_out, s.t_out,
-                    last ? kLastNoiseResKernel : kNoiseResKernel, cfg.resblock_dilation_sizes[0]);
+                    last ? kLastNoiseResKernel : kNoiseResKernel, cfg.resblock_dilation_sizes[0],
+                    {});
     ctx.mark("source branch " + idx + (ctx.tag[0] != '\0' ? " (side stream)" : ""));
     return source;
 }
 }  // namespace
 
 void generator_forward(const Context& ctx, const Context& side,
-                       const Context (&resblocks)[kResblockStreams], ops::Stft& stft, float* x,
-                       const float* har, int F, float* audio) {
+                       const Context (&resblocks)[kResblockStreams], ops::Stft& stft,
+                       const float* x, const float* har, int F, float* audio) {
     const ModelConfig& cfg = ctx.cfg;
     const std::string g = "decoder.generator";
     const int spec_rows = cfg.n_fft + 2;
@@ -175,7 +184,7 @@ void generator_forward(const Context& ctx, const Context& side,
     // overlap). Rounded half rows (fast) are half that size.
     auto on_side = [&](int i) { return ctx.fast || i == 0; };
     float* side_source = source_branch(side, har, 0, F);
-    float* stage_x = x;
+    const float* stage_x = x;
     Stage s{};
     for (int i = 0; i < n_stages; ++i) {
         const bool last = i + 1 == n_stages;
@@ -185,32 +194,28 @@ void generator_forward(const Context& ctx, const Context& side,
         const int kernel = cfg.upsample_kernel_sizes[i];
         const int64_t n = int64_t(s.c_out) * s.t_out;
 
-        // In place: stage_x (x, then the previous stage's mean) is consumed.
-        ops::leaky_relu(stage_x, stage_x, int64_t(s.c_in) * s.t_in, kStageSlope, ctx.stream);
-
-        // The stage input source + upsampled is built in the source branch's
-        // buffer; `branch` and `mean` (stage_x is consumed) are free until the
-        // residual blocks.
-        float* branch = ctx.floats("generator.branch", n);
-        float* mean = ctx.floats("generator.mean", n);
-        float* upsampled = branch;
-        ctx.conv_transpose1d(g + ".ups." + idx, stage_x, upsampled, s.c_in, s.c_out, s.t_in,
-                             kernel, rate, (kernel - rate) / 2, 0, 1);
-        if (last) {
-            ops::reflection_pad(upsampled, mean, s.c_out, s.t_up, 1, 0, ctx.stream);
-            upsampled = mean;
-        }
         // har and this stage's branch are done (on the side stream or here);
         // the next stage's branch then overlaps this stage.
         ctx.wait_for(side);
         float* stage_in = on_side(i) ? side_source : source_branch(ctx, har, i, F);
         if (!last && on_side(i + 1)) side_source = source_branch(side, har, i + 1, F);
-        ops::add_scaled(stage_in, upsampled, stage_in, n, 1.f, ctx.stream);
+        // The stage input, built in place in the branch's buffer: the source
+        // plus the upsampled LeakyReLU 0.1 of stage_x (x, then the previous
+        // stage's mean), reflection padded (1, 0) on the last stage; one
+        // tensor-core pass, which also hands the input's statistics to the
+        // residual blocks' first AdaINs.
+        const ops::ChannelPartials in_stats = ctx.conv_transpose1d(
+            g + ".ups." + idx, stage_x, stage_in, s.c_in, s.c_out, s.t_in, kernel, rate,
+            (kernel - rate) / 2, 0, 1, kStageSlope, s.t_out - s.t_up, stage_in, "stage_in");
+        // stage_x is consumed: `mean` may take its buffer.
+        float* branch = ctx.floats("generator.branch", n);
+        float* mean = ctx.floats("generator.mean", n);
 
         // Mean of the stage's residual blocks; the sum builds up in `mean`,
         // in block order either way (the same bits sequential or concurrent).
-        const bool concurrent = ctx.fast && n <= kConcurrentResblockValues &&
-                                n_kernels <= kResblockStreams + 1;
+        const bool concurrent =
+            ctx.fast && n_kernels <= kResblockStreams + 1 &&
+            n <= (last ? kConcurrentLastStageValues : kConcurrentResblockValues);
         std::vector<float*> outs{mean};
         for (int j = 1; j < n_kernels; ++j) {
             outs.push_back(!concurrent || j == 1
@@ -222,7 +227,8 @@ void generator_forward(const Context& ctx, const Context& side,
             const Context& on = concurrent && j > 0 ? resblocks[j - 1] : ctx;
             if (&on != &ctx) on.wait_for(ctx);  // stage_in
             adain_resblock1(on, block, stage_in, outs[size_t(j)], s.c_out, s.t_out,
-                            cfg.resblock_kernel_sizes[j], cfg.resblock_dilation_sizes[j]);
+                            cfg.resblock_kernel_sizes[j], cfg.resblock_dilation_sizes[j],
+                            in_stats);
             if (!concurrent && j > 0) add_to_mean(ctx, mean, branch, n, j, n_kernels);
         }
         for (int j = 1; concurrent && j < n_kernels; ++j) {
@@ -234,10 +240,9 @@ void generator_forward(const Context& ctx, const Context& side,
     }
 
     check_length("conv_post input", s.t_out, spec_frames);
-    ops::leaky_relu(stage_x, stage_x, int64_t(s.c_out) * s.t_out, kPostSlope, ctx.stream);
     float* logits = ctx.floats("generator.logits", int64_t(spec_rows) * s.t_out);
     ctx.conv1d(g + ".conv_post", stage_x, logits, s.c_out, spec_rows, s.t_out, kPostKernel, 1,
-               (kPostKernel - 1) / 2, 1, 1, true);
+               (kPostKernel - 1) / 2, 1, 1, true, nullptr, kPostSlope);
     ctx.record("gen_post", logits, {spec_rows, s.t_out});
     stft.inverse_from_logits(logits, s.t_out, audio, ctx.stream);
 }

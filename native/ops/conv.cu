@@ -55,10 +55,21 @@
 // then the epilogue for bias and residual; a residual that is y itself folds
 // into the GEMM as beta = 1. 1x1 stride-1 convs multiply x directly.
 //
-// ConvTranspose1d, dense: one GEMM puts every tap of every input step in
-// cols[k * Cout + co, j] = sum_ci w[ci, k, co] x[ci, j]; a gather kernel then
-// overlap-adds, each output t reading the (at most ceil(K / stride)) taps
-// that land on it, so no atomics and a fixed summation order.
+// ConvTranspose1d, dense, on the tensor cores (conv_transpose1d_half_rows:
+// the generator's upsamplers): polyphase. Output t = q stride + p - pad
+// sums taps p + j stride at inputs q - j, so each of the stride phases is
+// a conv1d of K / stride taps over the same half rows; the phases are more
+// output rows of the same implicit-GEMM kernels (a block holds one phase:
+// grid.y walks phases x Cout tiles), whose epilogue stores column q of
+// phase p at t (stride-strided stores), folds in the bias, a residual and a
+// reflection pad (1, 0), and writes the statistics partials of what it
+// stored. No columns buffer, no overlap-add pass. The output-map code is a
+// template parameter of the kernels: a conv1d's epilogue keeps its
+// compile-time unit stride.
+// ConvTranspose1d, dense, otherwise: one GEMM puts every tap of every input
+// step in cols[k * Cout + co, j] = sum_ci w[ci, k, co] x[ci, j]; a gather
+// kernel then overlap-adds, each output t reading the (at most ceil(K /
+// stride)) taps that land on it, so no atomics and a fixed summation order.
 //
 // Grouped (the depthwise upsampler) and tiny convs (F0_conv: 1 channel, k3)
 // run as a direct kernel, one thread per output element, in fp32 whatever
@@ -68,6 +79,7 @@
 #include <cstdint>
 
 #include <string>
+#include <vector>
 
 #include "kokoro/channel_stats.cuh"
 #include "kokoro/check.h"
@@ -276,14 +288,24 @@ constexpr int kPitch = kBK + 8;    // halves per padded shared row: 144 bytes, l
 constexpr int kStages = 3;         // weight tiles in flight
 constexpr int kCoutTile = 128;     // output channels per block
 
-// The arguments of both kernels: y[co, t] = w_scale * sum_{k, ci} w[co, k,
-// ci] x[t + k * dil - pad, ci] (+ b[co]) (+ residual[co, t]); x: half rows
-// [Tin, ld], w: [Cout, K, ld] FP16; residual may equal y. Split operands:
-// x_lo and w_lo hold the lo parts (null when rounded). grid (time tiles, Cout
-// tiles, splits): split z sums reduction chunks [z * chunks_per_split, (z +
-// 1) * chunks_per_split); with more than one split each writes its sum to
-// partial[z] ([Cout, Tout]) and split_sum_kernel finishes. stats (one split
-// only): y's statistics partials, one per time tile (blockIdx.x).
+// The arguments of both kernels: for each of `phases` output phases, the
+// GEMM sum[c, q] = sum_{k, ci} w_p[c, k, ci] x[q + k * dil - pad, ci] over
+// Cout channels and Tout columns, then y = w_scale * sum (+ b) (+ residual)
+// through the output map below; x: half rows [Tin, ld], w: FP16, weight row
+// r (phase p, channel c: r = p Cout + c), tap k at w + w_origin + r * w_row
+// + k * w_tap (a conv1d: [Cout, K, ld]); residual may equal y. Split
+// operands: x_lo and w_lo hold the lo parts (null when rounded). grid (time
+// tiles, phases x Cout tiles (phase major: BlockRows), splits): split z
+// sums reduction chunks [z * chunks_per_split, (z + 1) * chunks_per_split);
+// with more than one split each writes its sum to partial[z] ([phases,
+// Cout, Tout]) and split_sum_kernel finishes. stats (one split only): y's
+// statistics partials, one per time tile and phase (+ one for the
+// reflection pad's element).
+// The output map: column q of phase p is y's time step t = q * phases + p -
+// shift, kept where 0 <= t < y_len, at y[c, y_left + t] (rows of y_left +
+// y_len); y_left 1 also stores t = 1 at y[c, 0] (the reflection pad (1,
+// 0)). A conv1d has phases 1, shift 0, y_len Tout, y_left 0; a polyphase
+// transposed conv one phase per stride step.
 struct ConvArgs {
     const __half* x;
     const __half* x_lo;
@@ -296,6 +318,8 @@ struct ConvArgs {
     double* stats;   // null: none
     float w_scale;
     int ld, Cout, Tin, Tout, K, pad, dilation, chunks_per_split;
+    int64_t w_origin, w_row, w_tap;
+    int phases, shift, y_len, y_left;
 };
 
 // Reduction chunks: 64 channels of one product of operand parts each; split
@@ -325,6 +349,20 @@ struct Chunk {
     }
 };
 
+// This block's output rows: channels c0 .. c0 + 127 of one phase, whose
+// weight rows start at w_row0 (grid.y walks phases x channel tiles; one
+// phase unless kPhases).
+template <bool kPhases>
+struct BlockRows {
+    int phase, c0, w_row0;
+    __device__ BlockRows(const ConvArgs& a, int y) {
+        const int tiles = (a.Cout + kCoutTile - 1) / kCoutTile;
+        phase = kPhases ? y / tiles : 0;
+        c0 = (y - phase * tiles) * kCoutTile;
+        w_row0 = phase * a.Cout + c0;
+    }
+};
+
 // Input rows first .. first + rows - 1 of chunk c's channels into padded
 // shared rows; zero outside [0, Tin) and past ld. Thread i copies piece i %
 // 8 of rows i / 8, i / 8 + kThreads / 8, ...: its column, and so most of
@@ -346,12 +384,13 @@ __device__ void load_window(__half* dst, const ConvArgs& a, int first, int rows,
     }
 }
 
-// The weight tile w[co0 : co0 + 128, k, chunk c's 64 channels] into shared
+// The weight tile of `rows` (128 of them), tap k, chunk c's 64 channels into shared
 // rows: padded (mma.sync reads it by ldmatrix), or 128 dense bytes per row
 // with piece p of row r at p ^ (r % 8) (wgmma's 128-byte swizzle). Thread i
 // copies piece i % 8 of rows i / 8 + j kThreads / 8, a fixed count.
-template <int kThreads, bool kSwizzle128>
-__device__ void load_weights(__half* dst, const ConvArgs& a, int co0, int k, int c) {
+template <int kThreads, bool kSwizzle128, bool kPhases>
+__device__ void load_weights(__half* dst, const ConvArgs& a, const BlockRows<kPhases>& rows, int k,
+                             int c) {
     constexpr int kRow = kSwizzle128 ? kBK : kPitch;
     constexpr int kRowStep = kThreads / kPieces;
     static_assert(kThreads % kPieces == 0 && kCoutTile % kRowStep == 0, "whole rows per pass");
@@ -360,15 +399,17 @@ __device__ void load_weights(__half* dst, const ConvArgs& a, int co0, int k, int
     const int r0 = int(threadIdx.x) / kPieces;
     const bool col_valid = ci < a.ld;
     // Row r0 + j kRowStep's source: one base, then a fixed stride per copy.
-    const int64_t w_pitch = int64_t(a.K) * a.ld;
-    const int64_t src = (co0 + r0) * w_pitch + int64_t(k) * a.ld + ci;
+    // A conv1d's weight layout is fixed at compile time ([Cout, K, ld]).
+    const int64_t w_row = kPhases ? a.w_row : int64_t(a.K) * a.ld;
+    const int64_t src = (kPhases ? a.w_origin + k * a.w_tap : int64_t(k) * a.ld) +
+                        (rows.w_row0 + r0) * w_row + ci;
     const int slot = kSwizzle128 ? p ^ (r0 % 8) : p;  // kRowStep % 8 == 0: the same per copy
     static_assert(kRowStep % 8 == 0, "one swizzle slot per thread");
 #pragma unroll
     for (int j = 0; j < kCoutTile / kRowStep; ++j) {
         const int r = r0 + j * kRowStep;
-        const bool valid = col_valid && co0 + r < a.Cout;
-        cp_async16(dst + r * kRow + slot * 8, valid ? chunk.w + src + j * kRowStep * w_pitch : a.w,
+        const bool valid = col_valid && rows.c0 + r < a.Cout;
+        cp_async16(dst + r * kRow + slot * 8, valid ? chunk.w + src + j * kRowStep * w_row : a.w,
                    valid);
     }
 }
@@ -413,36 +454,94 @@ __device__ void reduction_pipeline(const ConvArgs& a, Issue issue, Compute compu
     }
 }
 
-// Where a block's results go: y, scaled, with bias and residual, or with
-// several splits the split's partial sum alone (split_sum_kernel finishes).
+__device__ int floor_div(int a, int b) { return a >= 0 ? a / b : -((b - 1 - a) / b); }
+
+// Where one phase's rows c0 + r (r: row within the block) go: y through the
+// output map, scaled; or with several splits the split's partial sum
+// alone, in the GEMM's own layout ([phases, Cout, Tout]; split_sum_kernel
+// maps it). A block's rows share the phase, so the map is per block: row
+// r's column q at y[base0 + r pitch + q step] for q in [q_lo, q_hi).
+// Without kPhases (a conv1d) step is 1 and q_lo 0 at compile time: the
+// epilogue is a large share of the short-reduction convs, and each
+// instruction per element counts.
+template <bool kPhases>
 struct Output {
     float* y;
-    const float* b;
     const float* residual;
+    int64_t base0;
+    int live_rows, pitch, q_hi, phase_step, phase_q_lo;
     float scale;
-    int Cout, Tout;
-    __device__ explicit Output(const ConvArgs& a)
-        : y(a.partial != nullptr ? a.partial + int64_t(blockIdx.z) * a.Cout * a.Tout : a.y),
-          b(a.partial != nullptr ? nullptr : a.b),
-          residual(a.partial != nullptr ? nullptr : a.residual),
-          scale(a.partial != nullptr ? 1.f : a.w_scale),
-          Cout(a.Cout),
-          Tout(a.Tout) {}
-    // Loaded once per channel, not per element (the epilogue is a large
-    // share of the short-reduction convs).
-    __device__ float bias(int co) const { return b != nullptr && co < Cout ? b[co] : 0.f; }
-    // residual[co, t]; 0 without one, or outside y.
-    __device__ float residual_at(int co, int t) const {
-        return residual != nullptr && co < Cout && t < Tout ? residual[int64_t(co) * Tout + t]
-                                                            : 0.f;
+    __device__ Output(const ConvArgs& a, bool partial, int phase, int c0)
+        : y(partial ? a.partial + (int64_t(blockIdx.z) * a.phases + phase) * a.Cout * a.Tout
+                    : a.y),
+          residual(partial ? nullptr : a.residual),
+          live_rows(a.Cout - c0),
+          pitch(partial ? a.Tout : a.y_len + a.y_left),
+          scale(partial ? 1.f : a.w_scale) {
+        if (!kPhases || partial) {
+            base0 = int64_t(c0) * pitch;
+            q_hi = a.Tout;
+            phase_step = 1;
+            phase_q_lo = 0;
+            return;
+        }
+        const int t_off = phase - a.shift;  // t = q phases + t_off
+        base0 = int64_t(c0) * pitch + a.y_left + t_off;
+        phase_step = a.phases;
+        phase_q_lo = max(0, -floor_div(t_off, a.phases));
+        q_hi = min(a.Tout, floor_div(a.y_len - 1 - t_off, a.phases) + 1);
     }
-    // y[co, t] = scale * sum + bias + residual (inside y); returns it.
-    __device__ float store(int co, int t, float sum, float bias, float res) const {
+    __device__ int step() const { return kPhases ? phase_step : 1; }
+    __device__ int q_lo() const { return kPhases ? phase_q_lo : 0; }
+    __device__ bool live(int r) const { return r < live_rows; }
+    __device__ bool inside(int q) const { return (!kPhases || q >= phase_q_lo) && q < q_hi; }
+    __device__ int64_t at(int r, int q) const {
+        return base0 + int64_t(r) * pitch + (kPhases ? int64_t(q) * phase_step : int64_t(q));
+    }
+    // residual at row r, column q; 0 without one, or outside y.
+    __device__ float residual_at(int r, int q) const {
+        return residual != nullptr && live(r) && inside(q) ? residual[at(r, q)] : 0.f;
+    }
+    // Column q = scale * sum + bias + residual (inside y); returns it.
+    __device__ float store(int r, int q, float sum, float bias, float res) const {
         const float v = fmaf(sum, scale, bias) + res;
-        if (co < Cout && t < Tout) y[int64_t(co) * Tout + t] = v;
+        if (live(r) && inside(q)) y[at(r, q)] = v;
         return v;
     }
 };
+
+// Channel c's bias (0 past Cout, without one, or for a split's partial: the
+// bias is loaded once per row, not per element).
+__device__ float channel_bias(const ConvArgs& a, int c) {
+    return a.partial == nullptr && a.b != nullptr && c < a.Cout ? a.b[c] : 0.f;
+}
+
+// The column of `phase` that the reflection pad copies (t = 1), -1 for none.
+__device__ int pad_column(const ConvArgs& a, int phase) {
+    const int q = 1 - (phase - a.shift);
+    return a.y_left != 0 && q >= 0 && q % a.phases == 0 ? q / a.phases : -1;
+}
+
+// Statistics partials per channel: one per time tile and phase, then one
+// for the pad element (gridDim.x: the conv kernel's).
+__device__ int64_t stats_index(const ConvArgs& a, int c, int part) {
+    return (int64_t(c) * (int(gridDim.x) * a.phases + a.y_left) + part) * kPartialDoubles;
+}
+
+// Channel c's pad element, y[c, 0]: the pad column's value before its
+// residual, u, plus the residual there; with statistics, its own partial
+// (the channel's last).
+__device__ void store_pad(const ConvArgs& a, int c, float u) {
+    const int64_t first = int64_t(c) * (a.y_len + a.y_left);
+    const float v = u + (a.residual != nullptr ? a.residual[first] : 0.f);
+    a.y[first] = v;
+    if (a.stats != nullptr) {
+        double* s = a.stats + stats_index(a, c, int(gridDim.x) * a.phases);
+        s[0] = 1.0;
+        s[1] = v;
+        s[2] = 0.0;
+    }
+}
 
 // The epilogue, staged: once the reduction is done (its shared buffers are
 // free), every thread writes its accumulators into a channel-major fp32
@@ -479,44 +578,59 @@ __device__ float* staged_tile(void* smem) {
 // above an earlier store). Lane l holds the bias of the warp's row l. The
 // statistics take kRowBatch rows at a time, whose reductions interleave.
 constexpr int kRowBatch = 4;
-template <int kTile, int kThreads>
-__device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0, int co0) {
+template <int kTile, int kThreads, bool kPhases>
+__device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0,
+                                  const BlockRows<kPhases>& rows) {
     constexpr int kWarps = kThreads / 32, kRows = kCoutTile / kWarps, kPerLane = kTile / 32;
     static_assert(kRows <= 32 && kRows % kRowBatch == 0, "a lane holds one row's bias");
-    const Output out(a);
+    const Output<kPhases> out(a, a.partial != nullptr, rows.phase, rows.c0);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const float lane_bias = lane < kRows ? out.bias(co0 + warp + kWarps * lane) : 0.f;
+    const float lane_bias = lane < kRows ? channel_bias(a, rows.c0 + warp + kWarps * lane) : 0.f;
     float res[kRows][kPerLane];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    auto load_residual = [&](int r) {
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
-            res[r][i] = out.residual_at(co0 + warp + kWarps * r, t0 + lane + 32 * i);
+            res[r][i] = out.residual_at(warp + kWarps * r, t0 + lane + 32 * i);
         }
+    };
+    // A conv1d loads all its residual values before the barrier; the
+    // phases' epilogue (more state per row) a batch at a time.
+    if (!kPhases) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) load_residual(r);
     }
     __syncthreads();
+    const int pad_q = kPhases && a.partial == nullptr ? pad_column(a, rows.phase) - t0 : -1;
 #pragma unroll
     for (int r0 = 0; r0 < kRows; r0 += kRowBatch) {
-        if (co0 + warp + kWarps * r0 >= a.Cout) break;  // rows ascend: the rest are past Cout
+        if (!out.live(warp + kWarps * r0)) break;  // rows ascend: the rest are past Cout
+        if (kPhases) {
+#pragma unroll
+            for (int b = 0; b < kRowBatch; ++b) load_residual(r0 + b);
+        }
         float v[kRowBatch][kPerLane];
 #pragma unroll
         for (int b = 0; b < kRowBatch; ++b) {
             const int r = warp + kWarps * (r0 + b);
             const float bias = __shfl_sync(0xffffffffu, lane_bias, r0 + b);
+            const float* sums = tile + r * kStagedPitch<kTile>;
 #pragma unroll
             for (int i = 0; i < kPerLane; ++i) {
-                v[b][i] = out.store(co0 + r, t0 + lane + 32 * i,
-                                    tile[r * kStagedPitch<kTile> + lane + 32 * i], bias,
+                v[b][i] = out.store(r, t0 + lane + 32 * i, sums[lane + 32 * i], bias,
                                     res[r0 + b][i]);
+            }
+            if (kPhases && pad_q >= 0 && pad_q < kTile && lane == 0 && out.live(r)) {
+                store_pad(a, rows.c0 + r, fmaf(sums[pad_q], out.scale, bias));
             }
         }
         if (a.stats == nullptr) continue;
 #pragma unroll
         for (int b = 0; b < kRowBatch; ++b) {
-            const int co = co0 + warp + kWarps * (r0 + b);
-            if (co < a.Cout) {
-                warp_partial(v[b], min(kTile, a.Tout - t0),
-                             a.stats + (int64_t(co) * gridDim.x + blockIdx.x) * kPartialDoubles);
+            const int r = warp + kWarps * (r0 + b);
+            if (out.live(r)) {
+                warp_partial(v[b], out.q_lo() - t0, out.q_hi - t0,
+                             a.stats + stats_index(a, rows.c0 + r,
+                                                   rows.phase * gridDim.x + blockIdx.x));
             }
         }
     }
@@ -537,7 +651,7 @@ size_t mma_sync_smem_bytes(int halo) {
                         (size_t(kStages) * kCoutTile + size_t(2) * (kTile + halo)));
 }
 
-template <int kTile>
+template <int kTile, bool kPhases>
 __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const ConvArgs a) {
     await_producers();
     constexpr int kWarpN = kTile / kWarpsN;
@@ -547,7 +661,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
     __half* const w_smem = reinterpret_cast<__half*>(smem_vec);
     __half* const win_smem = w_smem + kStages * kCoutTile * kPitch;
     const int rows = kTile + a.dilation * (a.K - 1);
-    const int t0 = blockIdx.x * kTile, co0 = blockIdx.y * kCoutTile;
+    const int t0 = blockIdx.x * kTile;
+    const BlockRows<kPhases> block_rows(a, int(blockIdx.y));
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int wm = warp / kWarpsN * kWarpM, wn = warp % kWarpsN * kWarpN;
     // ldmatrix row addresses: A rows lane % 16, k half lane / 16; B (rows are
@@ -559,7 +674,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
     reduction_pipeline<false>(
         a,
         [&](int c, int k, int stage) {
-            load_weights<kMmaThreads, false>(w_smem + stage * kCoutTile * kPitch, a, co0, k, c);
+            load_weights<kMmaThreads, false>(w_smem + stage * kCoutTile * kPitch, a, block_rows,
+                                             k, c);
             if (k == 0) {
                 load_window<kMmaThreads>(win_smem + (c % 2) * rows * kPitch, a, t0 - a.pad, rows,
                                          c);
@@ -603,7 +719,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
             }
         }
     }
-    store_staged_tile<kTile, kMmaThreads>(a, tile, t0, co0);
+    store_staged_tile<kTile, kMmaThreads>(a, tile, t0, block_rows);
 }
 
 // ---------------------------------------------------------------- wgmma
@@ -680,7 +796,7 @@ __device__ void wgmma_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_
 
 // Two blocks of two warpgroups per SM (at most 128 registers per thread),
 // or three of one (their shared memory's limit).
-template <int kGroups>
+template <int kGroups, bool kPhases>
 __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 ? 2 : 3)
     conv1d_wgmma_kernel(const ConvArgs a) {
     await_producers();
@@ -693,7 +809,8 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
         raw + (kSwizzleAlign - smem_addr(raw) % kSwizzleAlign) % kSwizzleAlign);
     __half* const win_smem = w_smem + kStages * kWeightStageHalves;
     const int rows = kTile + a.dilation * (a.K - 1);
-    const int t0 = blockIdx.x * kTile, co0 = blockIdx.y * kCoutTile;
+    const int t0 = blockIdx.x * kTile;
+    const BlockRows<kPhases> block_rows(a, int(blockIdx.y));
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     // Warp w holds time rows 16 w .. 16 w + 15 of the tile (its quarter of
     // its warpgroup's m64), as ldmatrix.x4 fragments: rows lane % 16, k
@@ -704,7 +821,8 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
     reduction_pipeline<true>(
         a,
         [&](int c, int k, int stage) {
-            load_weights<kThreads, true>(w_smem + stage * kWeightStageHalves, a, co0, k, c);
+            load_weights<kThreads, true>(w_smem + stage * kWeightStageHalves, a, block_rows, k,
+                                         c);
             if (k == 0) {
                 load_window<kThreads>(win_smem + (c % 2) * rows * kPitch, a, t0 - a.pad, rows, c);
             }
@@ -739,26 +857,33 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
             for (int h = 0; h < 2; ++h) row[8 * h] = d[4 * j + 2 * h + e];
         }
     }
-    store_staged_tile<kTile, kThreads>(a, tile, t0, co0);
+    store_staged_tile<kTile, kThreads>(a, tile, t0, block_rows);
 #else
     static_cast<void>(a);
 #endif
 }
 
-// y[co, t] = scale * sum_z partial[z, co, t] (+ b[co]) (+ residual[co, t]),
-// z in order (fixed summation order: repeatable bits). grid.y = co.
-__global__ void split_sum_kernel(const float* partial, int splits, float scale, const float* b,
-                                 const float* residual, float* y, int Cout, int Tout) {
+// The splits' sums: sum[p, c, q] = sum_z partial[z, p, c, q], z in order
+// (fixed summation order: repeatable bits), then stored as the conv kernel
+// stores (Output; never with statistics). grid.y = p Cout + c.
+template <bool kPhases>
+__global__ void split_sum_kernel(const ConvArgs a, int splits) {
     await_producers();
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= Tout) return;
-    const int64_t i = int64_t(blockIdx.y) * Tout + t;
-    float v = 0.f;
-    for (int z = 0; z < splits; ++z) v += partial[int64_t(z) * Cout * Tout + i];
-    v = fmaf(v, scale, b != nullptr ? b[blockIdx.y] : 0.f);
-    if (residual != nullptr) v += residual[i];
-    y[i] = v;
+    const int q = blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= a.Tout) return;
+    const int row = int(blockIdx.y), phase = kPhases ? row / a.Cout : 0;
+    const int c = row - phase * a.Cout;
+    const int64_t i = int64_t(row) * a.Tout + q, n = int64_t(a.phases) * a.Cout * a.Tout;
+    float sum = 0.f;
+    for (int z = 0; z < splits; ++z) sum += a.partial[z * n + i];
+    const Output<kPhases> out(a, false, phase, c);  // the conv's own output
+    const float bias = a.b != nullptr ? a.b[c] : 0.f;
+    out.store(0, q, sum, bias, out.residual_at(0, q));
+    if (kPhases && q == pad_column(a, phase)) store_pad(a, c, fmaf(sum, out.scale, bias));
 }
+
+// The kernels with the output map's phases and pad compiled in.
+bool has_phases(const ConvArgs& a) { return a.phases > 1 || a.y_left > 0; }
 
 // What the plan and the launch need of the current GPU, queried once per conv.
 struct Gpu {
@@ -791,17 +916,20 @@ Gpu current_gpu() {
 // frames but 1090 channels). Both kernels use the same tiles.
 struct Plan {
     int tile, splits, chunks_per_split;
-    int64_t blocks(int Cout, int Tout) const {
-        return int64_t((Tout + tile - 1) / tile) * ((Cout + kCoutTile - 1) / kCoutTile);
+    int64_t blocks(int row_tiles, int Tout) const {
+        return int64_t((Tout + tile - 1) / tile) * row_tiles;
     }
 };
 
-Plan plan(const Gpu& gpu, int Cin, int Cout, int Tout, bool split) {
+// Rows of the grid (grid.y): phases x Cout tiles.
+int row_tiles(const ConvArgs& a) { return a.phases * ((a.Cout + kCoutTile - 1) / kCoutTile); }
+
+Plan plan(const Gpu& gpu, int Cin, int row_tiles, int Tout, bool split) {
     const int64_t want = 2 * int64_t(gpu.sms);
     Plan p{128, 1, 0};
-    if (p.blocks(Cout, Tout) < want) p.tile = 64;
+    if (p.blocks(row_tiles, Tout) < want) p.tile = 64;
     const int chunks = reduction_chunks(half_rows_pitch(Cin), split);
-    const int64_t blocks = p.blocks(Cout, Tout);
+    const int64_t blocks = p.blocks(row_tiles, Tout);
     p.splits = int(std::min<int64_t>(chunks, (want + blocks - 1) / blocks));
     p.chunks_per_split = (chunks + p.splits - 1) / p.splits;
     p.splits = (chunks + p.chunks_per_split - 1) / p.chunks_per_split;  // none empty
@@ -822,28 +950,39 @@ void launch(Kernel kernel, const char* name, size_t smem, int threads, const Gpu
     // call and launch would fail that launch.
     KOKORO_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, gpu.smem_optin));
-    const dim3 grid(unsigned((a.Tout + p.tile - 1) / p.tile),
-                    unsigned((a.Cout + kCoutTile - 1) / kCoutTile), unsigned(p.splits));
+    const dim3 grid(unsigned((a.Tout + p.tile - 1) / p.tile), unsigned(row_tiles(a)),
+                    unsigned(p.splits));
     launch_dependent(kernel, grid, dim3(threads), smem, stream, name, a);
+}
+
+// The kernel for the GPU, the tile and the output map (phases or not).
+template <bool kPhases>
+void launch_mapped(const Gpu& gpu, const Plan& p, HalfConvKernel which, const ConvArgs& a,
+                   cudaStream_t stream) {
+    const int halo = a.dilation * (a.K - 1);
+    if (which == HalfConvKernel::kBest && gpu.wgmma) {
+        if (p.tile == 128) {
+            launch(conv1d_wgmma_kernel<2, kPhases>, "conv1d_wgmma_kernel",
+                   wgmma_smem_bytes<2>(halo), 2 * kWgmmaThreadsPerGroup, gpu, p, a, stream);
+        } else {
+            launch(conv1d_wgmma_kernel<1, kPhases>, "conv1d_wgmma_kernel",
+                   wgmma_smem_bytes<1>(halo), kWgmmaThreadsPerGroup, gpu, p, a, stream);
+        }
+    } else if (p.tile == 128) {
+        launch(conv1d_mma_sync_kernel<128, kPhases>, "conv1d_mma_sync_kernel",
+               mma_sync_smem_bytes<128>(halo), kMmaThreads, gpu, p, a, stream);
+    } else {
+        launch(conv1d_mma_sync_kernel<64, kPhases>, "conv1d_mma_sync_kernel",
+               mma_sync_smem_bytes<64>(halo), kMmaThreads, gpu, p, a, stream);
+    }
 }
 
 void launch(const Gpu& gpu, const Plan& p, HalfConvKernel which, const ConvArgs& a,
             cudaStream_t stream) {
-    const int halo = a.dilation * (a.K - 1);
-    if (which == HalfConvKernel::kBest && gpu.wgmma) {
-        if (p.tile == 128) {
-            launch(conv1d_wgmma_kernel<2>, "conv1d_wgmma_kernel", wgmma_smem_bytes<2>(halo),
-                   2 * kWgmmaThreadsPerGroup, gpu, p, a, stream);
-        } else {
-            launch(conv1d_wgmma_kernel<1>, "conv1d_wgmma_kernel", wgmma_smem_bytes<1>(halo),
-                   kWgmmaThreadsPerGroup, gpu, p, a, stream);
-        }
-    } else if (p.tile == 128) {
-        launch(conv1d_mma_sync_kernel<128>, "conv1d_mma_sync_kernel",
-               mma_sync_smem_bytes<128>(halo), kMmaThreads, gpu, p, a, stream);
+    if (has_phases(a)) {
+        launch_mapped<true>(gpu, p, which, a, stream);
     } else {
-        launch(conv1d_mma_sync_kernel<64>, "conv1d_mma_sync_kernel", mma_sync_smem_bytes<64>(halo),
-               kMmaThreads, gpu, p, a, stream);
+        launch_mapped<false>(gpu, p, which, a, stream);
     }
 }
 
@@ -948,64 +1087,170 @@ void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* 
     }
 }
 
+namespace {
+// A tensor-core call as the kernels see it: the GEMMs and their output map
+// (ConvArgs, pointers unset) and the launch plan.
+struct HalfCall {
+    igemm::ConvArgs args{};
+    igemm::Gpu gpu{};
+    igemm::Plan plan{};
+    bool split = false;
+    bool empty() const { return args.Cout == 0 || args.Tout <= 0; }
+    int64_t scratch_floats() const {
+        if (empty() || plan.splits == 1) return 0;
+        return int64_t(plan.splits) * args.phases * args.Cout * args.Tout;
+    }
+    int stats_parts() const {
+        if (empty() || plan.splits > 1) return 0;
+        return (args.Tout + plan.tile - 1) / plan.tile * args.phases + args.y_left;
+    }
+};
+
+// `phases` GEMMs of Cout rows and Tout columns over K taps, weight rows of
+// w_row = K ld halves; the output map is a conv1d's until the caller
+// changes it (the plan depends on the phases only).
+HalfCall half_call(int Cin, int Cout, int Tin, int Tout, int K, int pad, int dilation, int phases,
+                   HalfOperands form) {
+    HalfCall c;
+    c.split = form == HalfOperands::kSplit;
+    igemm::ConvArgs& a = c.args;
+    a.ld = half_rows_pitch(Cin);
+    a.Cout = Cout;
+    a.Tin = Tin;
+    a.Tout = Tout;
+    a.K = K;
+    a.pad = pad;
+    a.dilation = dilation;
+    a.w_origin = 0;
+    a.w_row = int64_t(K) * a.ld;
+    a.w_tap = a.ld;
+    a.phases = phases;
+    a.shift = 0;
+    a.y_len = Tout;
+    a.y_left = 0;
+    if (c.empty()) return c;
+    c.gpu = igemm::current_gpu();
+    c.plan = igemm::plan(c.gpu, Cin, igemm::row_tiles(a), Tout, c.split);
+    a.chunks_per_split = c.plan.chunks_per_split;
+    return c;
+}
+
+HalfCall conv1d_call(int Cin, int Cout, int Tin, int K, int pad, int dilation, HalfOperands form) {
+    if (K < 2) throw CudaError("conv1d_half_rows: needs K >= 2, got " + std::to_string(K));
+    return half_call(Cin, Cout, Tin, conv1d_out_len(Tin, K, 1, pad, dilation), K, pad, dilation,
+                     1, form);
+}
+
+// Polyphase: with t + pad = q stride + p, output t of phase p sums taps p +
+// j stride (j < K / stride) at inputs q - j, i.e. a conv1d of K / stride
+// taps (left pad K / stride - 1) whose tap k is the transposed conv's tap p
+// + (K / stride - 1 - k) stride: in the [K, Cout, ld] weight, phase p's
+// channel c at tap k is row (p + (K / stride - 1 - k) stride) Cout + c.
+HalfCall transposed_call(int Cin, int Cout, int Tin, int K, int stride, int pad, int reflect_left,
+                         HalfOperands form) {
+    const int y_len = conv_transpose1d_out_len(Tin, K, stride, pad, 0);
+    if (stride < 1 || K % stride != 0 || K < 2 * stride || pad < 0 || pad >= stride) {
+        throw CudaError("conv_transpose1d_half_rows: needs K a multiple of the stride, at least "
+                        "two strides, and 0 <= pad < stride; got K " + std::to_string(K) +
+                        ", stride " + std::to_string(stride) + ", pad " + std::to_string(pad));
+    }
+    if (reflect_left < 0 || reflect_left > 1 || (reflect_left == 1 && y_len < 2)) {
+        throw CudaError("conv_transpose1d_half_rows: a reflection pad of 0 or 1, on at least 2 "
+                        "outputs; got " + std::to_string(reflect_left) + " on " +
+                        std::to_string(y_len));
+    }
+    const int taps = K / stride;
+    const int columns = y_len > 0 ? (y_len - 1 + pad) / stride + 1 : 0;
+    HalfCall c = half_call(Cin, Cout, Tin, columns, taps, taps - 1, 1, stride, form);
+    igemm::ConvArgs& a = c.args;
+    a.w_row = a.ld;
+    a.w_tap = -int64_t(stride) * Cout * a.ld;
+    a.w_origin = int64_t(taps - 1) * stride * Cout * a.ld;
+    a.shift = pad;
+    a.y_len = y_len;
+    a.y_left = reflect_left;
+    return c;
+}
+
+void run(HalfCall c, const __half* x, const __half* w, float w_scale, const float* b, float* y,
+         const float* residual, float* scratch, cudaStream_t stream, HalfConvKernel kernel,
+         double* stats) {
+    if (c.empty()) return;
+    if (stats != nullptr && c.plan.splits > 1) {
+        throw CudaError("conv1d_half_rows: statistics asked of a split reduction (check the "
+                        "stats_parts function first)");
+    }
+    igemm::ConvArgs& a = c.args;
+    a.x = x;
+    a.x_lo = c.split ? x + int64_t(a.Tin) * a.ld : nullptr;
+    a.w = w;
+    // Either weight layout holds phases x Cout x K rows (conv1d: [Cout, K,
+    // ld]; transposed: [K = taps x stride, Cout, ld]).
+    a.w_lo = c.split ? w + int64_t(a.phases) * a.Cout * a.K * a.ld : nullptr;
+    a.b = b;
+    a.residual = residual;
+    a.y = y;
+    a.partial = c.plan.splits > 1 ? scratch : nullptr;
+    a.stats = stats;
+    a.w_scale = w_scale;
+    igemm::launch(c.gpu, c.plan, kernel, a, stream);
+    if (c.plan.splits > 1) {
+        launch_dependent(igemm::has_phases(a) ? igemm::split_sum_kernel<true>
+                                              : igemm::split_sum_kernel<false>,
+                         per_channel_grid(a.phases * a.Cout, a.Tout), dim3(kThreads), 0, stream,
+                         "split_sum_kernel", a, c.plan.splits);
+    }
+}
+}  // namespace
+
 int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int pad, int dilation,
                                         HalfOperands form) {
-    const int Tout = conv1d_out_len(Tin, K, 1, pad, dilation);
-    if (Cout == 0 || Tout <= 0) return 0;
-    const igemm::Plan p =
-        igemm::plan(igemm::current_gpu(), Cin, Cout, Tout, form == HalfOperands::kSplit);
-    return p.splits > 1 ? int64_t(p.splits) * Cout * Tout : 0;
+    return conv1d_call(Cin, Cout, Tin, K, pad, dilation, form).scratch_floats();
 }
 
 int conv1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int pad, int dilation,
                                  HalfOperands form) {
-    const int Tout = conv1d_out_len(Tin, K, 1, pad, dilation);
-    if (Cout == 0 || Tout <= 0) return 0;
-    const igemm::Plan p =
-        igemm::plan(igemm::current_gpu(), Cin, Cout, Tout, form == HalfOperands::kSplit);
-    return p.splits > 1 ? 0 : (Tout + p.tile - 1) / p.tile;
+    return conv1d_call(Cin, Cout, Tin, K, pad, dilation, form).stats_parts();
 }
 
 void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b, float* y,
                       int Cin, int Cout, int Tin, int K, int pad, int dilation,
                       const float* residual, HalfOperands form, float* scratch,
                       cudaStream_t stream, HalfConvKernel kernel, double* stats) {
-    const int Tout = conv1d_out_len(Tin, K, 1, pad, dilation);
-    if (Cout == 0 || Tout <= 0) return;
-    if (K < 2) throw CudaError("conv1d_half_rows: needs K >= 2, got " + std::to_string(K));
-    const bool split = form == HalfOperands::kSplit;
-    const int ld = half_rows_pitch(Cin);
-    const igemm::Gpu gpu = igemm::current_gpu();
-    const igemm::Plan p = igemm::plan(gpu, Cin, Cout, Tout, split);
-    if (stats != nullptr && p.splits > 1) {
-        throw CudaError("conv1d_half_rows: statistics asked of a split reduction (check "
-                        "conv1d_half_rows_stats_parts first)");
+    run(conv1d_call(Cin, Cout, Tin, K, pad, dilation, form), x, w, w_scale, b, y, residual,
+        scratch, stream, kernel, stats);
+}
+
+float conv_transpose_weight_to_half_rows(const float* src, __half* dst, int Cin, int K, int Cout,
+                                         HalfOperands form) {
+    std::vector<float> tap_major(size_t(K) * Cout * Cin);
+    for (int64_t ci = 0; ci < Cin; ++ci) {
+        for (int64_t k = 0; k < K; ++k) {
+            for (int64_t co = 0; co < Cout; ++co) {
+                tap_major[size_t((k * Cout + co) * Cin + ci)] = src[(ci * K + k) * Cout + co];
+            }
+        }
     }
-    igemm::ConvArgs args{};
-    args.x = x;
-    args.x_lo = split ? x + int64_t(Tin) * ld : nullptr;
-    args.w = w;
-    args.w_lo = split ? w + int64_t(Cout) * K * ld : nullptr;
-    args.b = b;
-    args.residual = residual;
-    args.y = y;
-    args.partial = p.splits > 1 ? scratch : nullptr;
-    args.stats = stats;
-    args.w_scale = w_scale;
-    args.ld = ld;
-    args.Cout = Cout;
-    args.Tin = Tin;
-    args.Tout = Tout;
-    args.K = K;
-    args.pad = pad;
-    args.dilation = dilation;
-    args.chunks_per_split = p.chunks_per_split;
-    igemm::launch(gpu, p, kernel, args, stream);
-    if (p.splits > 1) {
-        launch_dependent(igemm::split_sum_kernel, per_channel_grid(Cout, Tout),
-                         dim3(kThreads), 0, stream, "split_sum_kernel", scratch, p.splits, w_scale,
-                         b, residual, y, Cout, Tout);
-    }
+    return conv_weight_to_half_rows(tap_major.data(), dst, int64_t(K) * Cout, 1, Cin, form);
+}
+
+int64_t conv_transpose1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int stride,
+                                                  int pad, HalfOperands form) {
+    return transposed_call(Cin, Cout, Tin, K, stride, pad, 0, form).scratch_floats();
+}
+
+int conv_transpose1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int stride, int pad,
+                                           int reflect_left, HalfOperands form) {
+    return transposed_call(Cin, Cout, Tin, K, stride, pad, reflect_left, form).stats_parts();
+}
+
+void conv_transpose1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b,
+                                float* y, int Cin, int Cout, int Tin, int K, int stride, int pad,
+                                int reflect_left, const float* residual, HalfOperands form,
+                                float* scratch, cudaStream_t stream, HalfConvKernel kernel,
+                                double* stats) {
+    run(transposed_call(Cin, Cout, Tin, K, stride, pad, reflect_left, form), x, w, w_scale, b, y,
+        residual, scratch, stream, kernel, stats);
 }
 
 void conv_transpose1d(cublasHandle_t handle, const float* x, const float* w, const float* b,

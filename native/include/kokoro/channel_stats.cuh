@@ -19,23 +19,26 @@ __device__ T warp_sum(T v) {
     return v;
 }
 
-// One warp's partial over values v[i] at positions lane + 32 i, the first n
-// of them valid (1 <= n <= 32 kPerLane); lane 0 writes it to out.
+// One warp's partial over values v[i] at positions lane + 32 i, those in
+// [first, end) valid (none: a partial of count 0); lane 0 writes it to out.
 template <int kPerLane>
-__device__ void warp_partial(const float (&v)[kPerLane], int n, double* out) {
+__device__ void warp_partial(const float (&v)[kPerLane], int first, int end, double* out) {
     const int lane = threadIdx.x % 32;
+    const int n = max(0, min(end, 32 * kPerLane) - max(first, 0));
     double sum = 0.0;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
-        if (lane + 32 * i < n) sum += double(v[i]);
+        const int p = lane + 32 * i;
+        if (p >= first && p < end) sum += double(v[i]);
     }
     sum = warp_sum(sum);
-    const double mean = sum / n;
+    const double mean = n > 0 ? sum / n : 0.0;
     double m2 = 0.0;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
+        const int p = lane + 32 * i;
         const double d = double(v[i]) - mean;
-        if (lane + 32 * i < n) m2 += d * d;
+        if (p >= first && p < end) m2 += d * d;
     }
     m2 = warp_sum(m2);
     if (lane == 0) {

@@ -47,8 +47,9 @@ struct Utterance {
     uint64_t seed = 0;
 };
 
-// The dense convs (at least 32 input channels) run on the FP16 tensor cores
-// (fp32 accumulation) in both: kFp32 with split operands (hi + lo, three
+// The dense convs (at least 32 input channels) and the generator's
+// transposed upsamplers run on the FP16 tensor cores (fp32 accumulation) in
+// both: kFp32 with split operands (hi + lo, three
 // products: float32-level accuracy), kFast with rounded ones and its other
 // GEMMs in the text encoder, decoder and generator in TF32, except the
 // prosody predictor's F0/N convs (split in both) and, in kFast, ALBERT's

@@ -98,10 +98,15 @@ public:
     DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOperands form);
     static constexpr int kMinHalfChannels = 32;
     // The one place that says which convs run on the tensor cores: a conv
-    // weight (K >= 2, c_in on its middle axis) of every dense conv with at
-    // least kMinHalfChannels inputs, but not the generator's transposed
-    // upsamplers "ups" (GEMM + overlap-add on the fp32 weight).
+    // weight (K >= 2) of every dense conv with at least kMinHalfChannels
+    // inputs, the generator's transposed upsamplers included (polyphase,
+    // ops::conv_transpose1d_half_rows).
     static bool half_only(const std::string& name, int c_in);
+    // The transposed convs that run on the tensor cores: the generator's
+    // upsamplers "ups" (dense; the decoder's depthwise "pool" is not), whose
+    // weights [c_in, c_out, K] are kept as conv_transpose_weight_to_half_rows
+    // stores them.
+    static bool half_transposed(const std::string& name);
     // The FP16 form of tensor-core conv weight `name` in an engine of
     // `form`: the prosody predictor's (the F0 / N stacks) are split in every
     // precision, since F0 reaches the audio through the source's phase and
@@ -300,13 +305,14 @@ struct Context {
 
     // The layers below look up `prefix.weight` (and `prefix.bias` when `bias`)
     // and take their scratch from the workspace.
-    // Conv1d x [c_in, t_in] -> y [c_out, t_out]; y = conv + residual if given.
-    // Convs with a tensor-core weight (DeviceWeights::half_only) run on the
-    // FP16 tensor-core kernel (x converted to half rows first, in the
-    // weight's form); the others in fp32, or TF32 GEMMs where `fast`.
+    // Conv1d x [c_in, t_in] -> y [c_out, t_out]; y = conv(act(x)) + residual
+    // if given, act = LeakyReLU(leaky_slope) (1: none). Convs with a
+    // tensor-core weight (DeviceWeights::half_only) run on the FP16
+    // tensor-core kernel (x converted to half rows first, in the weight's
+    // form, act on the way); the others in fp32, or TF32 GEMMs where `fast`.
     void conv1d(const std::string& prefix, const float* x, float* y, int c_in, int c_out, int t_in,
                 int kernel, int stride, int pad, int dilation, int groups, bool bias,
-                const float* residual = nullptr) const;
+                const float* residual = nullptr, float leaky_slope = 1.f) const;
     // AdaIN1d + activation (style `fc_prefix`, `alpha` only for Snake) on x
     // [c_in, T], then the dense stride-1 conv `conv_prefix` (with bias, same
     // length): y = conv(act(adain(x))) (+ residual). For a tensor-core conv
@@ -331,14 +337,30 @@ struct Context {
                                           int pad, int dilation, const float* b,
                                           const float* residual,
                                           const char* y_stats_slot = nullptr) const;
+    // x itself for leaky_slope 1, else LeakyReLU(leaky_slope) of its n values
+    // (workspace slot "ops.activated").
+    const float* leaky_relu_of(const float* x, int64_t n, float leaky_slope) const;
+    // The workspace slot for a conv's output statistics partials (named by
+    // y_stats_slot), c channels of `parts`; null for parts 0.
+    double* conv_stats(const char* slot, int c, int parts) const;
     // Workspace half rows for [c, t] in `form`.
     __half* half_rows(int c, int t, ops::HalfOperands form) const {
         return halves("ops.half_rows", int64_t(ops::half_parts(form)) * t * ops::half_rows_pitch(c));
     }
-    // ConvTranspose1d x [c_in, t_in] -> y [c_out, t_out], with bias.
-    void conv_transpose1d(const std::string& prefix, const float* x, float* y, int c_in, int c_out,
-                          int t_in, int kernel, int stride, int pad, int output_padding,
-                          int groups) const;
+    // ConvTranspose1d with bias, x [c_in, t_in] -> y [c_out, reflect_left +
+    // t_out]: y = pad(conv_transpose(act(x)) + b) + residual, act =
+    // LeakyReLU(leaky_slope) (1: none), pad the reflection pad (reflect_left,
+    // 0); residual (may be null) has y's shape and may equal y. A
+    // tensor-core weight (DeviceWeights::half_transposed) runs polyphase on
+    // the tensor-core kernel, all of it in one pass after the half rows
+    // (y_stats_slot as adain_conv1d's); the others (the decoder's depthwise
+    // pool) as ops::conv_transpose1d, without pad or residual.
+    ops::ChannelPartials conv_transpose1d(const std::string& prefix, const float* x, float* y,
+                                          int c_in, int c_out, int t_in, int kernel, int stride,
+                                          int pad, int output_padding, int groups,
+                                          float leaky_slope = 1.f, int reflect_left = 0,
+                                          const float* residual = nullptr,
+                                          const char* y_stats_slot = nullptr) const;
     // AdaIN1d + activation on x [C, T] -> y (may equal x), with the style of
     // the projection `fc_prefix`; `alpha` only for Snake.
     void adain(const float* x, float* y, int C, int T, const std::string& fc_prefix,
@@ -391,17 +413,17 @@ void decoder_forward(const Context& ctx, const float* t_en, const int32_t* frame
 const float* generator_source(const Context& ctx, ops::Stft& stft, const float* f0, int F,
                               bool deterministic, const uint64_t* seed);
 int generator_spec_frames(const ModelConfig& cfg, int F);
-// iSTFTNet generator: x [upsample_initial_channel, 2F] (consumed: used as
-// scratch) and the source har -> audio [source_upsampling() * 2F]. The
-// stages' source branches (noise conv + noise AdaINResBlock1 on har) run on
-// `side` (whose stream holds har already) concurrently with ctx's work, but
-// in fp32 the last one on ctx. Short utterances in precision "fast" run a
-// stage's residual blocks 2.. on `resblocks` (contexts without cuBLAS)
+// iSTFTNet generator: x [upsample_initial_channel, 2F] and the source har
+// -> audio [source_upsampling() * 2F]. The stages' source branches (noise
+// conv + noise AdaINResBlock1 on har) run on `side` (whose stream holds har
+// already) concurrently with ctx's work, but in fp32 the last one on ctx.
+// In precision "fast", stages up to a size (a larger bound for the last)
+// run their residual blocks 2.. on `resblocks` (contexts without cuBLAS)
 // concurrently with block 1 on ctx (generator.cu says when). ctx has waited
 // for all of them on return.
 constexpr int kResblockStreams = 2;
 void generator_forward(const Context& ctx, const Context& side,
-                       const Context (&resblocks)[kResblockStreams], ops::Stft& stft, float* x,
-                       const float* har, int F, float* audio);
+                       const Context (&resblocks)[kResblockStreams], ops::Stft& stft,
+                       const float* x, const float* har, int F, float* audio);
 
 }  // namespace kokoro

@@ -115,9 +115,10 @@ enum class HalfOperands { kRounded, kSplit };
 inline int half_parts(HalfOperands form) { return form == HalfOperands::kSplit ? 2 : 1; }
 // x [C, T] fp32 -> half rows y [T, half_rows_pitch(C)] (FP16, pad columns
 // zero; kSplit: hi rows, then lo rows): the tensor-core conv's input where no
-// AdaIN precedes it.
+// AdaIN precedes it; leaky_slope other than 1 applies LeakyReLU(leaky_slope)
+// on the way (the generator's activations before its upsamplers and conv_post).
 void to_half_rows(const float* x, __half* y, int C, int T, HalfOperands form,
-                  cudaStream_t stream);
+                  cudaStream_t stream, float leaky_slope = 1.f);
 // Copy a [rows, cols] block between row pitches (concatenation along
 // channels, slicing). Pitches in elements.
 void copy_rows(const float* src, int src_pitch, float* dst, int dst_pitch, int rows, int cols,
@@ -253,6 +254,35 @@ void conv_transpose1d(cublasHandle_t handle, const float* x, const float* w, con
                       GemmMath math = GemmMath::kFp32);
 int conv_transpose1d_out_len(int Tin, int K, int stride, int pad, int output_padding);
 int64_t conv_transpose1d_scratch_floats(int Cin, int Cout, int Tin, int K, int groups);
+// ConvTranspose1d, dense, on the tensor cores (the generator's upsamplers):
+// y = pad(conv_transpose(x) + b) + residual, with pad the reflection pad
+// (reflect_left, 0) (reflect_left 0 or 1) and y [Cout, reflect_left +
+// Tout]; residual (may be null) has y's shape and may equal y. Polyphase:
+// each of the stride output phases is a conv of K / stride taps over x, so
+// all of them are ONE conv1d_half_rows GEMM with stride x Cout rows whose
+// epilogue interleaves the phases into y (no overlap-add, no atomics).
+// Needs K a multiple of the stride, K >= 2 stride, 0 <= pad < stride, no
+// output padding. x: half rows [Tin, half_rows_pitch(Cin)]; w as
+// conv_transpose_weight_to_half_rows stores it, with its w_scale; scratch,
+// kernel and stats as conv1d_half_rows's (stats: one partial per time tile
+// and phase, then one for the pad's element).
+void conv_transpose1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b,
+                                float* y, int Cin, int Cout, int Tin, int K, int stride, int pad,
+                                int reflect_left, const float* residual, HalfOperands form,
+                                float* scratch, cudaStream_t stream,
+                                HalfConvKernel kernel = HalfConvKernel::kBest,
+                                double* stats = nullptr);
+int64_t conv_transpose1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int stride,
+                                                  int pad, HalfOperands form);
+int conv_transpose1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int stride, int pad,
+                                           int reflect_left, HalfOperands form);
+// Host-side: a device-layout transposed-conv weight [Cin, K, Cout] (fp32) as
+// conv_transpose1d_half_rows's FP16 [K, Cout, ld] (ld =
+// half_rows_pitch(Cin); kSplit: hi, then lo), scaled as
+// conv_weight_to_half_rows; returns w_scale. dst: half_parts(form) * K *
+// Cout * ld.
+float conv_transpose_weight_to_half_rows(const float* src, __half* dst, int Cin, int K, int Cout,
+                                         HalfOperands form);
 
 // ------------------------------------------------------------------ lstm.cu
 // Bidirectional single-layer LSTM, PyTorch gate order (i, f, g, o), zero
