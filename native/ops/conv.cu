@@ -295,7 +295,7 @@ constexpr int kCoutTile = 128;     // output channels per block
 // r (phase p, channel c: r = p Cout + c), tap k at w + w_origin + r * w_row
 // + k * w_tap (a conv1d: [Cout, K, ld]); residual may equal y. Split
 // operands: x_lo and w_lo hold the lo parts (null when rounded). grid (time
-// tiles, phases x Cout tiles (phase major: BlockRows), splits): split z
+// tiles x phases (phase minor: BlockRows), Cout tiles, splits): split z
 // sums reduction chunks [z * chunks_per_split, (z + 1) * chunks_per_split);
 // with more than one split each writes its sum to partial[z] ([phases,
 // Cout, Tout]) and split_sum_kernel finishes. stats (one split only): y's
@@ -350,15 +350,18 @@ struct Chunk {
 };
 
 // This block's output rows: channels c0 .. c0 + 127 of one phase, whose
-// weight rows start at w_row0 (grid.y walks phases x channel tiles; one
-// phase unless kPhases).
+// weight rows start at w_row0, and its time tile. grid.x walks time tiles
+// x phases, phase minor: the phases of a time tile run together, so their
+// interleaved stores fill each other's sectors while those stay in L2 (a
+// phase at a time took 3x the time: partial sectors written back, and
+// every phase reading the residual's sectors from memory again).
 template <bool kPhases>
 struct BlockRows {
-    int phase, c0, w_row0;
-    __device__ BlockRows(const ConvArgs& a, int y) {
-        const int tiles = (a.Cout + kCoutTile - 1) / kCoutTile;
-        phase = kPhases ? y / tiles : 0;
-        c0 = (y - phase * tiles) * kCoutTile;
+    int phase, c0, w_row0, tile;
+    __device__ explicit BlockRows(const ConvArgs& a) {
+        phase = kPhases ? int(blockIdx.x) % a.phases : 0;
+        tile = kPhases ? int(blockIdx.x) / a.phases : int(blockIdx.x);
+        c0 = int(blockIdx.y) * kCoutTile;
         w_row0 = phase * a.Cout + c0;
     }
 };
@@ -522,10 +525,11 @@ __device__ int pad_column(const ConvArgs& a, int phase) {
     return a.y_left != 0 && q >= 0 && q % a.phases == 0 ? q / a.phases : -1;
 }
 
-// Statistics partials per channel: one per time tile and phase, then one
-// for the pad element (gridDim.x: the conv kernel's).
+// Statistics partials per channel: one per block of the grid's x (time
+// tile and phase), then one for the pad element (gridDim.x: the conv
+// kernel's).
 __device__ int64_t stats_index(const ConvArgs& a, int c, int part) {
-    return (int64_t(c) * (int(gridDim.x) * a.phases + a.y_left) + part) * kPartialDoubles;
+    return (int64_t(c) * (int(gridDim.x) + a.y_left) + part) * kPartialDoubles;
 }
 
 // Channel c's pad element, y[c, 0]: the pad column's value before its
@@ -536,7 +540,7 @@ __device__ void store_pad(const ConvArgs& a, int c, float u) {
     const float v = u + (a.residual != nullptr ? a.residual[first] : 0.f);
     a.y[first] = v;
     if (a.stats != nullptr) {
-        double* s = a.stats + stats_index(a, c, int(gridDim.x) * a.phases);
+        double* s = a.stats + stats_index(a, c, int(gridDim.x));
         s[0] = 1.0;
         s[1] = v;
         s[2] = 0.0;
@@ -629,8 +633,7 @@ __device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0,
             const int r = warp + kWarps * (r0 + b);
             if (out.live(r)) {
                 warp_partial(v[b], out.q_lo() - t0, out.q_hi - t0,
-                             a.stats + stats_index(a, rows.c0 + r,
-                                                   rows.phase * gridDim.x + blockIdx.x));
+                             a.stats + stats_index(a, rows.c0 + r, int(blockIdx.x)));
             }
         }
     }
@@ -661,8 +664,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
     __half* const w_smem = reinterpret_cast<__half*>(smem_vec);
     __half* const win_smem = w_smem + kStages * kCoutTile * kPitch;
     const int rows = kTile + a.dilation * (a.K - 1);
-    const int t0 = blockIdx.x * kTile;
-    const BlockRows<kPhases> block_rows(a, int(blockIdx.y));
+    const BlockRows<kPhases> block_rows(a);
+    const int t0 = block_rows.tile * kTile;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int wm = warp / kWarpsN * kWarpM, wn = warp % kWarpsN * kWarpN;
     // ldmatrix row addresses: A rows lane % 16, k half lane / 16; B (rows are
@@ -809,8 +812,8 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
         raw + (kSwizzleAlign - smem_addr(raw) % kSwizzleAlign) % kSwizzleAlign);
     __half* const win_smem = w_smem + kStages * kWeightStageHalves;
     const int rows = kTile + a.dilation * (a.K - 1);
-    const int t0 = blockIdx.x * kTile;
-    const BlockRows<kPhases> block_rows(a, int(blockIdx.y));
+    const BlockRows<kPhases> block_rows(a);
+    const int t0 = block_rows.tile * kTile;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     // Warp w holds time rows 16 w .. 16 w + 15 of the tile (its quarter of
     // its warpgroup's m64), as ldmatrix.x4 fragments: rows lane % 16, k
@@ -950,8 +953,8 @@ void launch(Kernel kernel, const char* name, size_t smem, int threads, const Gpu
     // call and launch would fail that launch.
     KOKORO_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, gpu.smem_optin));
-    const dim3 grid(unsigned((a.Tout + p.tile - 1) / p.tile), unsigned(row_tiles(a)),
-                    unsigned(p.splits));
+    const dim3 grid(unsigned((a.Tout + p.tile - 1) / p.tile * a.phases),
+                    unsigned((a.Cout + kCoutTile - 1) / kCoutTile), unsigned(p.splits));
     launch_dependent(kernel, grid, dim3(threads), smem, stream, name, a);
 }
 

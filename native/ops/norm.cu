@@ -218,30 +218,28 @@ struct AdainArgs {
     bool approx_sine;
 };
 
-// Normalisation, style affine and activation of one channel.
+// Normalisation and style affine of one channel as one multiply-add about
+// the mean, gain = (1 + gamma) / sqrt(var + eps) rounded once, then the
+// call's activation (uniform: from AdainArgs). mean, gain, shift and Snake's
+// alpha are one 16-byte load: the half-rows pass was issue bound on loading
+// seven fields per element.
 struct ChannelApply {
-    float mean, rstd, scale, shift, slope, alpha, inv_alpha;
-    Activation act;
-    bool approx_sine;
+    float4 affine;  // mean, gain, shift (beta), alpha
+    float inv_alpha;
 
     ChannelApply() = default;  // for shared-memory arrays
-    __device__ ChannelApply(const AdainArgs& a, int c, double mean_, double var) {
-        mean = float(mean_);
-        rstd = float(1.0 / sqrt(var + 1e-5));
-        scale = 1.f + a.style[c];
-        shift = a.style[a.C + c];
-        slope = a.slope;
-        alpha = a.act == Activation::kSnake ? a.alpha[c] : 1.f;
+    __device__ ChannelApply(const AdainArgs& a, int c, double mean, double var) {
+        const float alpha = a.act == Activation::kSnake ? a.alpha[c] : 1.f;
+        const double gain = (1.0 + double(a.style[c])) / sqrt(var + 1e-5);
+        affine = make_float4(float(mean), float(gain), a.style[a.C + c], alpha);
         inv_alpha = 1.f / alpha;
-        act = a.act;
-        approx_sine = a.approx_sine;
     }
-    __device__ float operator()(float x) const {
-        float v = scale * ((x - mean) * rstd) + shift;
-        if (act == Activation::kLeakyRelu) {
-            v = v >= 0.f ? v : v * slope;
-        } else if (act == Activation::kSnake) {
-            const float s = approx_sine ? __sinf(alpha * v) : sinf(alpha * v);
+    __device__ float operator()(const AdainArgs& a, float x) const {
+        float v = fmaf(x - affine.x, affine.y, affine.z);
+        if (a.act == Activation::kLeakyRelu) {
+            v = v >= 0.f ? v : v * a.slope;
+        } else if (a.act == Activation::kSnake) {
+            const float s = a.approx_sine ? __sinf(affine.w * v) : sinf(affine.w * v);
             v = v + inv_alpha * (s * s);
         }
         return v;
@@ -254,7 +252,7 @@ __device__ void apply_piece(const AdainArgs& a, int c, const Piece& p, const Cha
     p.visit(
         [&](int i) {
             const float4 q = *reinterpret_cast<const float4*>(xr + i);
-            const float4 r = make_float4(f(q.x), f(q.y), f(q.z), f(q.w));
+            const float4 r = make_float4(f(a, q.x), f(a, q.y), f(a, q.z), f(a, q.w));
             if (a.vec_store) {
                 *reinterpret_cast<float4*>(yr + i) = r;
             } else {
@@ -264,7 +262,7 @@ __device__ void apply_piece(const AdainArgs& a, int c, const Piece& p, const Cha
                 yr[i + 3] = r.w;
             }
         },
-        [&](int i) { yr[i] = f(xr[i]); });
+        [&](int i) { yr[i] = f(a, xr[i]); });
 }
 
 // Rows of one statistics block: one block per channel, statistics and apply.
@@ -348,7 +346,7 @@ __global__ void adain_half_rows_kernel(AdainArgs a, const ChannelApply* apply, _
     if (threadIdx.x < kHalfRowsTileC && c0 + int(threadIdx.x) < a.C)
         local[threadIdx.x] = apply[c0 + threadIdx.x];
     __syncthreads();
-    write_half_rows(a.x, y, y_lo, a.C, a.T, [&](int r, float v) { return local[r](v); });
+    write_half_rows(a.x, y, y_lo, a.C, a.T, [&](int r, float v) { return local[r](a, v); });
 }
 
 }  // namespace
@@ -377,11 +375,18 @@ void layer_norm_channels(const float* x, float* y, int C, int T, const float* ga
                      Affine{gamma, beta, style_gamma, style_beta}, eps);
 }
 
-// The partials, then (half rows only) one ChannelApply per channel.
+namespace {
+// The partials, then (half rows only) one ChannelApply per channel, from
+// a 16-byte boundary (its float4).
 constexpr int kApplyDoubles = (sizeof(ChannelApply) + sizeof(double) - 1) / sizeof(double);
+static_assert(sizeof(ChannelApply) % 16 == 0, "ChannelApply arrays keep 16-byte alignment");
+int64_t apply_offset_doubles(int C, int parts) {
+    return (int64_t(C) * parts * kPartialDoubles + 1) / 2 * 2;
+}
+}  // namespace
 
 int64_t adain_scratch_doubles(int C, int T) {
-    return int64_t(C) * (stats_parts(T) * kPartialDoubles + kApplyDoubles);
+    return apply_offset_doubles(C, stats_parts(T)) + int64_t(C) * kApplyDoubles;
 }
 
 void adain(const float* x, float* y, int C, int T, const float* style, Activation act,
@@ -416,7 +421,7 @@ void adain_half_rows(const float* x, __half* y, int C, int T, const float* style
                          dim3(kAdainThreads), 0, stream, "adain_stats_kernel", args, scratch);
     }
     auto* apply =
-        reinterpret_cast<ChannelApply*>(scratch + int64_t(C) * own_parts * kPartialDoubles);
+        reinterpret_cast<ChannelApply*>(scratch + apply_offset_doubles(C, own_parts));
     launch_dependent(adain_finalize_kernel, dim3(unsigned(C)), dim3(kAdainThreads), 0, stream,
                      "adain_finalize_kernel", args, stats.data, stats.parts, apply);
     __half* y_lo = form == HalfOperands::kSplit ? y + int64_t(T) * half_rows_pitch(C) : nullptr;
