@@ -709,6 +709,7 @@ def test_conv_transpose1d_half_geometry_errors(rng: np.random.Generator) -> None
         (10, 4, 2, 0, "multiple of the stride"),
         (6, 6, 3, 0, "at least two strides"),
         (12, 6, 6, 0, "pad < stride"),
+        (132, 66, 3, 0, "stride of at most 64"),
         (12, 6, 3, 2, "reflection pad of 0 or 1"),
     ]:
         w = f32(rng.standard_normal((32, 8, k)))

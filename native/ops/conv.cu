@@ -291,21 +291,22 @@ constexpr int kCoutTile = 128;     // output channels per block
 // The arguments of both kernels: for each of `phases` output phases, the
 // GEMM sum[c, q] = sum_{k, ci} w_p[c, k, ci] x[q + k * dil - pad, ci] over
 // Cout channels and Tout columns, then y = w_scale * sum (+ b) (+ residual)
-// through the output map below; x: half rows [Tin, ld], w: FP16, weight row
-// r (phase p, channel c: r = p Cout + c), tap k at w + w_origin + r * w_row
-// + k * w_tap (a conv1d: [Cout, K, ld]); residual may equal y. Split
-// operands: x_lo and w_lo hold the lo parts (null when rounded). grid (time
-// tiles x phases (phase minor: BlockRows), Cout tiles, splits): split z
-// sums reduction chunks [z * chunks_per_split, (z + 1) * chunks_per_split);
-// with more than one split each writes its sum to partial[z] ([phases,
-// Cout, Tout]) and split_sum_kernel finishes. stats (one split only): y's
-// statistics partials, one per time tile and phase (+ one for the
-// reflection pad's element).
+// through the output map below; x: half rows [Tin, ld], w: FP16, a
+// conv1d's [Cout, K, ld], a transposed conv's [K phases, Cout, ld] (phase
+// p, channel c, tap k at row ((K - 1 - k) phases + p) Cout + c: see
+// transposed_call); residual may equal y. Split operands: x_lo and w_lo
+// hold the lo parts (null when rounded). grid (time tiles, channel tiles
+// (BlockRows), splits): split z sums reduction chunks [z *
+// chunks_per_split, (z + 1) * chunks_per_split); with more than one split
+// each writes its sum to partial[z] ([phases, Cout, Tout]) and
+// split_sum_kernel finishes. stats (one split only): y's statistics
+// partials, one per time tile (+ one for the reflection pad's element).
 // The output map: column q of phase p is y's time step t = q * phases + p -
 // shift, kept where 0 <= t < y_len, at y[c, y_left + t] (rows of y_left +
 // y_len); y_left 1 also stores t = 1 at y[c, 0] (the reflection pad (1,
 // 0)). A conv1d has phases 1, shift 0, y_len Tout, y_left 0; a polyphase
-// transposed conv one phase per stride step.
+// transposed conv one phase per stride step. (No 64-bit fields: a larger
+// parameter block cost the wgmma kernels ~50 bytes of spills.)
 struct ConvArgs {
     const __half* x;
     const __half* x_lo;
@@ -318,7 +319,6 @@ struct ConvArgs {
     double* stats;   // null: none
     float w_scale;
     int ld, Cout, Tin, Tout, K, pad, dilation, chunks_per_split;
-    int64_t w_origin, w_row, w_tap;
     int phases, shift, y_len, y_left;
 };
 
@@ -349,20 +349,24 @@ struct Chunk {
     }
 };
 
-// This block's output rows: channels c0 .. c0 + 127 of one phase, whose
-// weight rows start at w_row0, and its time tile. grid.x walks time tiles
-// x phases, phase minor: the phases of a time tile run together, so their
-// interleaved stores fill each other's sectors while those stay in L2 (a
-// phase at a time took 3x the time: partial sectors written back, and
-// every phase reading the residual's sectors from memory again).
+// This block's rows of the GEMM. A conv1d's are channels c0 .. c0 + 127.
+// With phases (kPhases), row r is phase r % phases of channel c0 + r /
+// phases: a block holds every phase of kCoutTile / phases channels, so its
+// epilogue writes each channel's interleaved outputs as one contiguous run
+// (a block per phase wrote 4-byte stores at the stride's pitch, each its
+// own L2 sector, and re-read the residual's sectors per phase).
 template <bool kPhases>
 struct BlockRows {
-    int phase, c0, w_row0, tile;
-    __device__ explicit BlockRows(const ConvArgs& a) {
-        phase = kPhases ? int(blockIdx.x) % a.phases : 0;
-        tile = kPhases ? int(blockIdx.x) / a.phases : int(blockIdx.x);
-        c0 = int(blockIdx.y) * kCoutTile;
-        w_row0 = phase * a.Cout + c0;
+    int c0, channels;  // the first channel, channels per block
+    __device__ explicit BlockRows(const ConvArgs& a)
+        : channels(kPhases ? kCoutTile / a.phases : kCoutTile) {
+        c0 = int(blockIdx.y) * channels;
+    }
+    // The weight row of GEMM row r (phase-major weight rows p Cout + c), -1
+    // for a row past the block's channels or Cout.
+    __device__ int weight_row(const ConvArgs& a, int r) const {
+        const int cl = kPhases ? r / a.phases : r, p = kPhases ? r - cl * a.phases : 0;
+        return cl < channels && c0 + cl < a.Cout ? p * a.Cout + c0 + cl : -1;
     }
 };
 
@@ -401,19 +405,29 @@ __device__ void load_weights(__half* dst, const ConvArgs& a, const BlockRows<kPh
     const int p = threadIdx.x % kPieces, ci = chunk.ci0 + p * 8;
     const int r0 = int(threadIdx.x) / kPieces;
     const bool col_valid = ci < a.ld;
-    // Row r0 + j kRowStep's source: one base, then a fixed stride per copy.
-    // A conv1d's weight layout is fixed at compile time ([Cout, K, ld]).
-    const int64_t w_row = kPhases ? a.w_row : int64_t(a.K) * a.ld;
-    const int64_t src = (kPhases ? a.w_origin + k * a.w_tap : int64_t(k) * a.ld) +
-                        (rows.w_row0 + r0) * w_row + ci;
     const int slot = kSwizzle128 ? p ^ (r0 % 8) : p;  // kRowStep % 8 == 0: the same per copy
     static_assert(kRowStep % 8 == 0, "one swizzle slot per thread");
+    if constexpr (kPhases) {
+        const int64_t tap = int64_t(a.K - 1 - k) * a.phases * a.Cout * a.ld + ci;
 #pragma unroll
-    for (int j = 0; j < kCoutTile / kRowStep; ++j) {
-        const int r = r0 + j * kRowStep;
-        const bool valid = col_valid && rows.c0 + r < a.Cout;
-        cp_async16(dst + r * kRow + slot * 8, valid ? chunk.w + src + j * kRowStep * w_row : a.w,
-                   valid);
+        for (int j = 0; j < kCoutTile / kRowStep; ++j) {
+            const int r = r0 + j * kRowStep, w = rows.weight_row(a, r);
+            const bool valid = col_valid && w >= 0;
+            cp_async16(dst + r * kRow + slot * 8,
+                       valid ? chunk.w + tap + int64_t(w) * a.ld : a.w, valid);
+        }
+    } else {
+        // Row r0 + j kRowStep's source ([Cout, K, ld]): one base, then a
+        // fixed stride per copy.
+        const int64_t w_pitch = int64_t(a.K) * a.ld;
+        const int64_t src = int64_t(k) * a.ld + (rows.c0 + r0) * w_pitch + ci;
+#pragma unroll
+        for (int j = 0; j < kCoutTile / kRowStep; ++j) {
+            const int r = r0 + j * kRowStep;
+            const bool valid = col_valid && rows.c0 + r < a.Cout;
+            cp_async16(dst + r * kRow + slot * 8,
+                       valid ? chunk.w + src + j * kRowStep * w_pitch : a.w, valid);
+        }
     }
 }
 
@@ -457,84 +471,47 @@ __device__ void reduction_pipeline(const ConvArgs& a, Issue issue, Compute compu
     }
 }
 
-__device__ int floor_div(int a, int b) { return a >= 0 ? a / b : -((b - 1 - a) / b); }
-
-// Where one phase's rows c0 + r (r: row within the block) go: y through the
-// output map, scaled; or with several splits the split's partial sum
-// alone, in the GEMM's own layout ([phases, Cout, Tout]; split_sum_kernel
-// maps it). A block's rows share the phase, so the map is per block: row
-// r's column q at y[base0 + r pitch + q step] for q in [q_lo, q_hi).
-// Without kPhases (a conv1d) step is 1 and q_lo 0 at compile time: the
-// epilogue is a large share of the short-reduction convs, and each
-// instruction per element counts.
-template <bool kPhases>
+// Where a conv1d block's rows c0 + r (r: row within the block) go: y,
+// scaled, with bias and residual, or with several splits the split's
+// partial sum alone (split_sum_kernel finishes). Row r's column t is at
+// base0 + r Tout + t (one 64-bit base per block: the epilogue holds 64
+// residual values per thread beside this state).
 struct Output {
     float* y;
     const float* residual;
     int64_t base0;
-    int live_rows, pitch, q_hi, phase_step, phase_q_lo;
+    int live_rows, Tout;
     float scale;
-    __device__ Output(const ConvArgs& a, bool partial, int phase, int c0)
-        : y(partial ? a.partial + (int64_t(blockIdx.z) * a.phases + phase) * a.Cout * a.Tout
-                    : a.y),
-          residual(partial ? nullptr : a.residual),
+    __device__ Output(const ConvArgs& a, int c0)
+        : y(a.partial != nullptr ? a.partial + int64_t(blockIdx.z) * a.Cout * a.Tout : a.y),
+          residual(a.partial != nullptr ? nullptr : a.residual),
+          base0(int64_t(c0) * a.Tout),
           live_rows(a.Cout - c0),
-          pitch(partial ? a.Tout : a.y_len + a.y_left),
-          scale(partial ? 1.f : a.w_scale) {
-        if (!kPhases || partial) {
-            base0 = int64_t(c0) * pitch;
-            q_hi = a.Tout;
-            phase_step = 1;
-            phase_q_lo = 0;
-            return;
-        }
-        const int t_off = phase - a.shift;  // t = q phases + t_off
-        base0 = int64_t(c0) * pitch + a.y_left + t_off;
-        phase_step = a.phases;
-        phase_q_lo = max(0, -floor_div(t_off, a.phases));
-        q_hi = min(a.Tout, floor_div(a.y_len - 1 - t_off, a.phases) + 1);
+          Tout(a.Tout),
+          scale(a.partial != nullptr ? 1.f : a.w_scale) {}
+    __device__ bool inside(int r, int t) const { return r < live_rows && t < Tout; }
+    __device__ int64_t at(int r, int t) const { return base0 + int64_t(r) * Tout + int64_t(t); }
+    // residual at row r, column t; 0 without one, or outside y.
+    __device__ float residual_at(int r, int t) const {
+        return residual != nullptr && inside(r, t) ? residual[at(r, t)] : 0.f;
     }
-    __device__ int step() const { return kPhases ? phase_step : 1; }
-    __device__ int q_lo() const { return kPhases ? phase_q_lo : 0; }
-    __device__ bool live(int r) const { return r < live_rows; }
-    __device__ bool inside(int q) const { return (!kPhases || q >= phase_q_lo) && q < q_hi; }
-    __device__ int64_t at(int r, int q) const {
-        return base0 + int64_t(r) * pitch + (kPhases ? int64_t(q) * phase_step : int64_t(q));
-    }
-    // residual at row r, column q; 0 without one, or outside y.
-    __device__ float residual_at(int r, int q) const {
-        return residual != nullptr && live(r) && inside(q) ? residual[at(r, q)] : 0.f;
-    }
-    // Column q = scale * sum + bias + residual (inside y); returns it.
-    __device__ float store(int r, int q, float sum, float bias, float res) const {
+    // Column t = scale * sum + bias + residual (inside y); returns it.
+    __device__ float store(int r, int t, float sum, float bias, float res) const {
         const float v = fmaf(sum, scale, bias) + res;
-        if (live(r) && inside(q)) y[at(r, q)] = v;
+        if (inside(r, t)) y[at(r, t)] = v;
         return v;
     }
 };
 
-// Channel c's bias (0 past Cout, without one, or for a split's partial: the
-// bias is loaded once per row, not per element).
-__device__ float channel_bias(const ConvArgs& a, int c) {
-    return a.partial == nullptr && a.b != nullptr && c < a.Cout ? a.b[c] : 0.f;
-}
-
-// The column of `phase` that the reflection pad copies (t = 1), -1 for none.
-__device__ int pad_column(const ConvArgs& a, int phase) {
-    const int q = 1 - (phase - a.shift);
-    return a.y_left != 0 && q >= 0 && q % a.phases == 0 ? q / a.phases : -1;
-}
-
-// Statistics partials per channel: one per block of the grid's x (time
-// tile and phase), then one for the pad element (gridDim.x: the conv
-// kernel's).
+// Statistics partials per channel: one per time tile (gridDim.x: the conv
+// kernel's), then one for the reflection pad's element.
 __device__ int64_t stats_index(const ConvArgs& a, int c, int part) {
     return (int64_t(c) * (int(gridDim.x) + a.y_left) + part) * kPartialDoubles;
 }
 
-// Channel c's pad element, y[c, 0]: the pad column's value before its
-// residual, u, plus the residual there; with statistics, its own partial
-// (the channel's last).
+// Channel c's pad element, y[c, 0] = the value at t = 1 before its
+// residual, u, plus the residual at y[c, 0]; with statistics, its own
+// partial (the channel's last).
 __device__ void store_pad(const ConvArgs& a, int c, float u) {
     const int64_t first = int64_t(c) * (a.y_len + a.y_left);
     const float v = u + (a.residual != nullptr ? a.residual[first] : 0.f);
@@ -582,59 +559,141 @@ __device__ float* staged_tile(void* smem) {
 // above an earlier store). Lane l holds the bias of the warp's row l. The
 // statistics take kRowBatch rows at a time, whose reductions interleave.
 constexpr int kRowBatch = 4;
-template <int kTile, int kThreads, bool kPhases>
-__device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0,
-                                  const BlockRows<kPhases>& rows) {
+template <int kTile, int kThreads>
+__device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0, int c0) {
     constexpr int kWarps = kThreads / 32, kRows = kCoutTile / kWarps, kPerLane = kTile / 32;
     static_assert(kRows <= 32 && kRows % kRowBatch == 0, "a lane holds one row's bias");
-    const Output<kPhases> out(a, a.partial != nullptr, rows.phase, rows.c0);
+    const Output out(a, c0);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const float lane_bias = lane < kRows ? channel_bias(a, rows.c0 + warp + kWarps * lane) : 0.f;
+    const int lane_channel = c0 + warp + kWarps * lane;
+    const float lane_bias =
+        lane < kRows && a.partial == nullptr && a.b != nullptr && lane_channel < a.Cout
+            ? a.b[lane_channel]
+            : 0.f;
     float res[kRows][kPerLane];
-    auto load_residual = [&](int r) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
             res[r][i] = out.residual_at(warp + kWarps * r, t0 + lane + 32 * i);
         }
-    };
-    // A conv1d loads all its residual values before the barrier; the
-    // phases' epilogue (more state per row) a batch at a time.
-    if (!kPhases) {
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) load_residual(r);
     }
     __syncthreads();
-    const int pad_q = kPhases && a.partial == nullptr ? pad_column(a, rows.phase) - t0 : -1;
 #pragma unroll
     for (int r0 = 0; r0 < kRows; r0 += kRowBatch) {
-        if (!out.live(warp + kWarps * r0)) break;  // rows ascend: the rest are past Cout
-        if (kPhases) {
-#pragma unroll
-            for (int b = 0; b < kRowBatch; ++b) load_residual(r0 + b);
-        }
+        if (warp + kWarps * r0 >= out.live_rows) break;  // rows ascend: the rest are past Cout
         float v[kRowBatch][kPerLane];
 #pragma unroll
         for (int b = 0; b < kRowBatch; ++b) {
             const int r = warp + kWarps * (r0 + b);
             const float bias = __shfl_sync(0xffffffffu, lane_bias, r0 + b);
-            const float* sums = tile + r * kStagedPitch<kTile>;
 #pragma unroll
             for (int i = 0; i < kPerLane; ++i) {
-                v[b][i] = out.store(r, t0 + lane + 32 * i, sums[lane + 32 * i], bias,
+                v[b][i] = out.store(r, t0 + lane + 32 * i,
+                                    tile[r * kStagedPitch<kTile> + lane + 32 * i], bias,
                                     res[r0 + b][i]);
-            }
-            if (kPhases && pad_q >= 0 && pad_q < kTile && lane == 0 && out.live(r)) {
-                store_pad(a, rows.c0 + r, fmaf(sums[pad_q], out.scale, bias));
             }
         }
         if (a.stats == nullptr) continue;
 #pragma unroll
         for (int b = 0; b < kRowBatch; ++b) {
             const int r = warp + kWarps * (r0 + b);
-            if (out.live(r)) {
-                warp_partial(v[b], out.q_lo() - t0, out.q_hi - t0,
-                             a.stats + stats_index(a, rows.c0 + r, int(blockIdx.x)));
+            if (r < out.live_rows) {
+                warp_partial(v[b], 0, out.Tout - t0,
+                             a.stats + stats_index(a, c0 + r, int(blockIdx.x)));
             }
+        }
+    }
+}
+
+// The phases' epilogue (transposed convs): with several splits, the
+// split's sums in the GEMM's layout ([phases, Cout, Tout]); else per
+// channel (a warp each) its outputs t, t + shift = q phases + p for this
+// tile's columns q, as one contiguous run: y[c, y_left + t] = scale * sum
+// + bias + residual, the pad element, and the statistics partial over the
+// run (two passes over the values, kept in the staged tile). Residual
+// values load kBatch at a time, all in flight (in place, residual == y,
+// the compiler could not hoist them above the stores).
+template <int kTile, int kThreads>
+__device__ void store_phases_tile(const ConvArgs& a, float* tile, int t0,
+                                  const BlockRows<true>& rows) {
+    constexpr int kWarps = kThreads / 32, kBatch = 8;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, s = a.phases;
+    __syncthreads();  // the tile is complete
+    if (a.partial != nullptr) {
+        float* part = a.partial + int64_t(blockIdx.z) * s * a.Cout * a.Tout;
+        for (int r = warp; r < kCoutTile; r += kWarps) {
+            const int cl = r / s, p = r - cl * s;
+            if (cl >= rows.channels || rows.c0 + cl >= a.Cout) break;  // rows ascend
+            float* dst = part + (int64_t(p) * a.Cout + rows.c0 + cl) * a.Tout;
+            for (int i = lane; i < kTile && t0 + i < a.Tout; i += 32) {
+                dst[t0 + i] = tile[r * kStagedPitch<kTile> + i];
+            }
+        }
+        return;
+    }
+    // This tile's outputs: t in [t_lo, t_hi); lane l starts at t_lo + l and
+    // steps by 32, i.e. column q by 32 / s and phase p by 32 % s (carrying).
+    const int t_lo = max(0, t0 * s - a.shift);
+    const int t_hi = min(a.y_len, min(t0 + kTile, a.Tout) * s - a.shift);
+    const int q_step = 32 / s, p_step = 32 - q_step * s;
+    const int q_first = (t_lo + lane + a.shift) / s, p_first = t_lo + lane + a.shift - q_first * s;
+    for (int cl = warp; cl < rows.channels && rows.c0 + cl < a.Cout; cl += kWarps) {
+        const int c = rows.c0 + cl;
+        const float bias = a.b != nullptr ? a.b[c] : 0.f;
+        const int64_t y_row = int64_t(c) * (a.y_len + a.y_left) + a.y_left;
+        float* sums = tile + cl * s * kStagedPitch<kTile> - t0;  // sums[p pitch + q]
+        int q = q_first, p = p_first;
+        double sum = 0.0;
+        for (int first = t_lo + lane; first < t_hi; first += 32 * kBatch) {
+            float res[kBatch];
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b) {
+                const int t = first + 32 * b;
+                res[b] = a.residual != nullptr && t < t_hi ? a.residual[y_row + t] : 0.f;
+            }
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b) {
+                const int t = first + 32 * b;
+                if (t < t_hi) {
+                    float* at = sums + p * kStagedPitch<kTile> + q;
+                    const float u = fmaf(*at, a.w_scale, bias), v = u + res[b];
+                    a.y[y_row + t] = v;
+                    if (t == 1 && a.y_left != 0) store_pad(a, c, u);
+                    *at = v;  // kept for the statistics
+                    sum += double(v);
+                }
+                p += p_step;
+                q += q_step;
+                if (p >= s) {
+                    p -= s;
+                    ++q;
+                }
+            }
+        }
+        if (a.stats == nullptr) continue;
+        sum = warp_sum(sum);
+        const int n = max(0, t_hi - t_lo);
+        const double mean = n > 0 ? sum / n : 0.0;
+        double m2 = 0.0;
+        q = q_first;
+        p = p_first;
+        for (int t = t_lo + lane; t < t_hi; t += 32) {
+            const double d = double(sums[p * kStagedPitch<kTile> + q]) - mean;
+            m2 += d * d;
+            p += p_step;
+            q += q_step;
+            if (p >= s) {
+                p -= s;
+                ++q;
+            }
+        }
+        m2 = warp_sum(m2);
+        if (lane == 0) {
+            double* out = a.stats + stats_index(a, c, blockIdx.x);
+            out[0] = n;
+            out[1] = sum;
+            out[2] = m2;
         }
     }
 }
@@ -665,7 +724,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
     __half* const win_smem = w_smem + kStages * kCoutTile * kPitch;
     const int rows = kTile + a.dilation * (a.K - 1);
     const BlockRows<kPhases> block_rows(a);
-    const int t0 = block_rows.tile * kTile;
+    const int t0 = blockIdx.x * kTile;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int wm = warp / kWarpsN * kWarpM, wn = warp % kWarpsN * kWarpN;
     // ldmatrix row addresses: A rows lane % 16, k half lane / 16; B (rows are
@@ -722,7 +781,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
             }
         }
     }
-    store_staged_tile<kTile, kMmaThreads>(a, tile, t0, block_rows);
+    if constexpr (kPhases) {
+        store_phases_tile<kTile, kMmaThreads>(a, tile, t0, block_rows);
+    } else {
+        store_staged_tile<kTile, kMmaThreads>(a, tile, t0, block_rows.c0);
+    }
 }
 
 // ---------------------------------------------------------------- wgmma
@@ -813,7 +876,7 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
     __half* const win_smem = w_smem + kStages * kWeightStageHalves;
     const int rows = kTile + a.dilation * (a.K - 1);
     const BlockRows<kPhases> block_rows(a);
-    const int t0 = block_rows.tile * kTile;
+    const int t0 = blockIdx.x * kTile;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     // Warp w holds time rows 16 w .. 16 w + 15 of the tile (its quarter of
     // its warpgroup's m64), as ldmatrix.x4 fragments: rows lane % 16, k
@@ -860,7 +923,11 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
             for (int h = 0; h < 2; ++h) row[8 * h] = d[4 * j + 2 * h + e];
         }
     }
-    store_staged_tile<kTile, kThreads>(a, tile, t0, block_rows);
+    if constexpr (kPhases) {
+        store_phases_tile<kTile, kThreads>(a, tile, t0, block_rows);
+    } else {
+        store_staged_tile<kTile, kThreads>(a, tile, t0, block_rows.c0);
+    }
 #else
     static_cast<void>(a);
 #endif
@@ -874,15 +941,16 @@ __global__ void split_sum_kernel(const ConvArgs a, int splits) {
     await_producers();
     const int q = blockIdx.x * blockDim.x + threadIdx.x;
     if (q >= a.Tout) return;
-    const int row = int(blockIdx.y), phase = kPhases ? row / a.Cout : 0;
-    const int c = row - phase * a.Cout;
+    const int row = int(blockIdx.y), p = kPhases ? row / a.Cout : 0, c = row - p * a.Cout;
     const int64_t i = int64_t(row) * a.Tout + q, n = int64_t(a.phases) * a.Cout * a.Tout;
     float sum = 0.f;
     for (int z = 0; z < splits; ++z) sum += a.partial[z * n + i];
-    const Output<kPhases> out(a, false, phase, c);  // the conv's own output
-    const float bias = a.b != nullptr ? a.b[c] : 0.f;
-    out.store(0, q, sum, bias, out.residual_at(0, q));
-    if (kPhases && q == pad_column(a, phase)) store_pad(a, c, fmaf(sum, out.scale, bias));
+    const int t = kPhases ? q * a.phases + p - a.shift : q;  // the output map
+    if (t < 0 || t >= a.y_len) return;
+    const float u = fmaf(sum, a.w_scale, a.b != nullptr ? a.b[c] : 0.f);
+    const int64_t at = int64_t(c) * (a.y_len + a.y_left) + a.y_left + t;
+    a.y[at] = u + (a.residual != nullptr ? a.residual[at] : 0.f);
+    if (kPhases && t == 1 && a.y_left != 0) store_pad(a, c, u);
 }
 
 // The kernels with the output map's phases and pad compiled in.
@@ -924,8 +992,11 @@ struct Plan {
     }
 };
 
-// Rows of the grid (grid.y): phases x Cout tiles.
-int row_tiles(const ConvArgs& a) { return a.phases * ((a.Cout + kCoutTile - 1) / kCoutTile); }
+// Rows of the grid (grid.y): tiles of kCoutTile / phases channels (BlockRows).
+int row_tiles(const ConvArgs& a) {
+    const int channels = kCoutTile / a.phases;
+    return (a.Cout + channels - 1) / channels;
+}
 
 Plan plan(const Gpu& gpu, int Cin, int row_tiles, int Tout, bool split) {
     const int64_t want = 2 * int64_t(gpu.sms);
@@ -953,8 +1024,8 @@ void launch(Kernel kernel, const char* name, size_t smem, int threads, const Gpu
     // call and launch would fail that launch.
     KOKORO_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, gpu.smem_optin));
-    const dim3 grid(unsigned((a.Tout + p.tile - 1) / p.tile * a.phases),
-                    unsigned((a.Cout + kCoutTile - 1) / kCoutTile), unsigned(p.splits));
+    const dim3 grid(unsigned((a.Tout + p.tile - 1) / p.tile), unsigned(row_tiles(a)),
+                    unsigned(p.splits));
     launch_dependent(kernel, grid, dim3(threads), smem, stream, name, a);
 }
 
@@ -1105,13 +1176,13 @@ struct HalfCall {
     }
     int stats_parts() const {
         if (empty() || plan.splits > 1) return 0;
-        return (args.Tout + plan.tile - 1) / plan.tile * args.phases + args.y_left;
+        return (args.Tout + plan.tile - 1) / plan.tile + args.y_left;
     }
 };
 
-// `phases` GEMMs of Cout rows and Tout columns over K taps, weight rows of
-// w_row = K ld halves; the output map is a conv1d's until the caller
-// changes it (the plan depends on the phases only).
+// `phases` GEMMs of Cout rows and Tout columns over K taps; the output map
+// is a conv1d's until the caller changes it (the plan depends on the
+// phases only).
 HalfCall half_call(int Cin, int Cout, int Tin, int Tout, int K, int pad, int dilation, int phases,
                    HalfOperands form) {
     HalfCall c;
@@ -1124,9 +1195,6 @@ HalfCall half_call(int Cin, int Cout, int Tin, int Tout, int K, int pad, int dil
     a.K = K;
     a.pad = pad;
     a.dilation = dilation;
-    a.w_origin = 0;
-    a.w_row = int64_t(K) * a.ld;
-    a.w_tap = a.ld;
     a.phases = phases;
     a.shift = 0;
     a.y_len = Tout;
@@ -1152,10 +1220,12 @@ HalfCall conv1d_call(int Cin, int Cout, int Tin, int K, int pad, int dilation, H
 HalfCall transposed_call(int Cin, int Cout, int Tin, int K, int stride, int pad, int reflect_left,
                          HalfOperands form) {
     const int y_len = conv_transpose1d_out_len(Tin, K, stride, pad, 0);
-    if (stride < 1 || K % stride != 0 || K < 2 * stride || pad < 0 || pad >= stride) {
-        throw CudaError("conv_transpose1d_half_rows: needs K a multiple of the stride, at least "
-                        "two strides, and 0 <= pad < stride; got K " + std::to_string(K) +
-                        ", stride " + std::to_string(stride) + ", pad " + std::to_string(pad));
+    if (stride < 1 || stride > 64 || K % stride != 0 || K < 2 * stride || pad < 0 ||
+        pad >= stride) {
+        throw CudaError("conv_transpose1d_half_rows: needs a stride of at most 64, K a multiple "
+                        "of the stride, at least two strides, and 0 <= pad < stride; got K " +
+                        std::to_string(K) + ", stride " + std::to_string(stride) + ", pad " +
+                        std::to_string(pad));
     }
     if (reflect_left < 0 || reflect_left > 1 || (reflect_left == 1 && y_len < 2)) {
         throw CudaError("conv_transpose1d_half_rows: a reflection pad of 0 or 1, on at least 2 "
@@ -1166,9 +1236,6 @@ HalfCall transposed_call(int Cin, int Cout, int Tin, int K, int stride, int pad,
     const int columns = y_len > 0 ? (y_len - 1 + pad) / stride + 1 : 0;
     HalfCall c = half_call(Cin, Cout, Tin, columns, taps, taps - 1, 1, stride, form);
     igemm::ConvArgs& a = c.args;
-    a.w_row = a.ld;
-    a.w_tap = -int64_t(stride) * Cout * a.ld;
-    a.w_origin = int64_t(taps - 1) * stride * Cout * a.ld;
     a.shift = pad;
     a.y_len = y_len;
     a.y_left = reflect_left;

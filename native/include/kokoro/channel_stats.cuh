@@ -32,7 +32,7 @@ __device__ void warp_partial(const float (&v)[kPerLane], int first, int end, dou
         if (p >= first && p < end) sum += double(v[i]);
     }
     sum = warp_sum(sum);
-    const double mean = n > 0 ? sum / n : 0.0;
+    const double mean = sum / n;  // unused for n = 0
     double m2 = 0.0;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
