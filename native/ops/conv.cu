@@ -59,13 +59,12 @@
 // the generator's upsamplers): polyphase. Output t = q stride + p - pad
 // sums taps p + j stride at inputs q - j, so each of the stride phases is
 // a conv1d of K / stride taps over the same half rows; the phases are more
-// output rows of the same implicit-GEMM kernels (a block holds one phase:
-// grid.y walks phases x Cout tiles), whose epilogue stores column q of
-// phase p at t (stride-strided stores), folds in the bias, a residual and a
-// reflection pad (1, 0), and writes the statistics partials of what it
-// stored. No columns buffer, no overlap-add pass. The output-map code is a
-// template parameter of the kernels: a conv1d's epilogue keeps its
-// compile-time unit stride.
+// output rows of the same implicit-GEMM kernels (a block holds every phase
+// of 128 / stride channels), whose epilogue writes each channel's
+// interleaved outputs as one contiguous run, folds in the bias, a residual
+// and a reflection pad (1, 0), and writes the statistics partials of what
+// it stored. No columns buffer, no overlap-add pass. The phases' code is a
+// template parameter of the kernels: a conv1d's keeps its own epilogue.
 // ConvTranspose1d, dense, otherwise: one GEMM puts every tap of every input
 // step in cols[k * Cout + co, j] = sum_ci w[ci, k, co] x[ci, j]; a gather
 // kernel then overlap-adds, each output t reading the (at most ceil(K /
@@ -638,11 +637,19 @@ __device__ void store_phases_tile(const ConvArgs& a, float* tile, int t0,
     const int t_hi = min(a.y_len, min(t0 + kTile, a.Tout) * s - a.shift);
     const int q_step = 32 / s, p_step = 32 - q_step * s;
     const int q_first = (t_lo + lane + a.shift) / s, p_first = t_lo + lane + a.shift - q_first * s;
+    auto advance = [&](int& q, int& p) {
+        p += p_step;
+        q += q_step;
+        if (p >= s) {
+            p -= s;
+            ++q;
+        }
+    };
     for (int cl = warp; cl < rows.channels && rows.c0 + cl < a.Cout; cl += kWarps) {
         const int c = rows.c0 + cl;
         const float bias = a.b != nullptr ? a.b[c] : 0.f;
         const int64_t y_row = int64_t(c) * (a.y_len + a.y_left) + a.y_left;
-        float* sums = tile + cl * s * kStagedPitch<kTile> - t0;  // sums[p pitch + q]
+        float* const sums = tile + cl * s * kStagedPitch<kTile>;  // [p][q - t0]
         int q = q_first, p = p_first;
         double sum = 0.0;
         for (int first = t_lo + lane; first < t_hi; first += 32 * kBatch) {
@@ -656,19 +663,14 @@ __device__ void store_phases_tile(const ConvArgs& a, float* tile, int t0,
             for (int b = 0; b < kBatch; ++b) {
                 const int t = first + 32 * b;
                 if (t < t_hi) {
-                    float* at = sums + p * kStagedPitch<kTile> + q;
+                    float* at = sums + p * kStagedPitch<kTile> + (q - t0);
                     const float u = fmaf(*at, a.w_scale, bias), v = u + res[b];
                     a.y[y_row + t] = v;
                     if (t == 1 && a.y_left != 0) store_pad(a, c, u);
                     *at = v;  // kept for the statistics
                     sum += double(v);
                 }
-                p += p_step;
-                q += q_step;
-                if (p >= s) {
-                    p -= s;
-                    ++q;
-                }
+                advance(q, p);
             }
         }
         if (a.stats == nullptr) continue;
@@ -679,14 +681,9 @@ __device__ void store_phases_tile(const ConvArgs& a, float* tile, int t0,
         q = q_first;
         p = p_first;
         for (int t = t_lo + lane; t < t_hi; t += 32) {
-            const double d = double(sums[p * kStagedPitch<kTile> + q]) - mean;
+            const double d = double(sums[p * kStagedPitch<kTile> + (q - t0)]) - mean;
             m2 += d * d;
-            p += p_step;
-            q += q_step;
-            if (p >= s) {
-                p -= s;
-                ++q;
-            }
+            advance(q, p);
         }
         m2 = warp_sum(m2);
         if (lane == 0) {

@@ -100,7 +100,7 @@ public:
     // The one place that says which convs run on the tensor cores: a conv
     // weight (K >= 2) of every dense conv with at least kMinHalfChannels
     // inputs, the generator's transposed upsamplers included (polyphase,
-    // ops::conv_transpose1d_half_rows).
+    // ops::conv_transpose1d_half_rows), not the decoder's depthwise "pool".
     static bool half_only(const std::string& name, int c_in);
     // The transposed convs that run on the tensor cores: the generator's
     // upsamplers "ups" (dense; the decoder's depthwise "pool" is not), whose

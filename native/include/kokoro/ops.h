@@ -264,8 +264,8 @@ int64_t conv_transpose1d_scratch_floats(int Cin, int Cout, int Tin, int K, int g
 // Needs K a multiple of the stride, K >= 2 stride, 0 <= pad < stride, no
 // output padding. x: half rows [Tin, half_rows_pitch(Cin)]; w as
 // conv_transpose_weight_to_half_rows stores it, with its w_scale; scratch,
-// kernel and stats as conv1d_half_rows's (stats: one partial per time tile
-// and phase, then one for the pad's element).
+// kernel and stats as conv1d_half_rows's (stats: one partial per time tile,
+// then one for the pad's element).
 void conv_transpose1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b,
                                 float* y, int Cin, int Cout, int Tin, int K, int stride, int pad,
                                 int reflect_left, const float* residual, HalfOperands form,
