@@ -578,18 +578,18 @@ ops::ChannelPartials Context::conv1d_half_rows(const DeviceWeights::HalfConv& w,
                                                int t_in, int kernel, int pad, int dilation,
                                                const float* b, const float* residual,
                                                const char* y_stats_slot) const {
-    const int64_t scratch_floats =
-        ops::conv1d_half_rows_scratch_floats(c_in, c_out, t_in, kernel, pad, dilation, w.form);
+    const int64_t scratch_floats = ops::conv1d_half_rows_scratch_floats(
+        c_in, c_out, t_in, kernel, pad, dilation, w.form, conv_streams);
     float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
     ops::ChannelPartials y_stats{};
     if (y_stats_slot != nullptr) {
-        y_stats.parts =
-            ops::conv1d_half_rows_stats_parts(c_in, c_out, t_in, kernel, pad, dilation, w.form);
+        y_stats.parts = ops::conv1d_half_rows_stats_parts(c_in, c_out, t_in, kernel, pad, dilation,
+                                                          w.form, conv_streams);
         y_stats.data = conv_stats(y_stats_slot, c_out, y_stats.parts);
     }
     ops::conv1d_half_rows(rows, w.w, w.scale, b, y, c_in, c_out, t_in, kernel, pad, dilation,
                           residual, w.form, scratch, stream, ops::HalfConvKernel::kBest,
-                          y_stats.data);
+                          y_stats.data, conv_streams);
     return y_stats;
 }
 

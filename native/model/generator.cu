@@ -224,8 +224,9 @@ void generator_forward(const Context& ctx, const Context& side,
         }
         for (int j = 0; j < n_kernels; ++j) {
             const std::string block = g + ".resblocks." + std::to_string(i * n_kernels + j);
-            const Context& on = concurrent && j > 0 ? resblocks[j - 1] : ctx;
-            if (&on != &ctx) on.wait_for(ctx);  // stage_in
+            const Context& lane = concurrent && j > 0 ? resblocks[j - 1] : ctx;
+            if (&lane != &ctx) lane.wait_for(ctx);  // stage_in
+            const Context on = lane.with_conv_streams(concurrent ? n_kernels : 1);
             adain_resblock1(on, block, stage_in, outs[size_t(j)], s.c_out, s.t_out,
                             cfg.resblock_kernel_sizes[j], cfg.resblock_dilation_sizes[j],
                             in_stats);

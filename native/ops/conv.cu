@@ -995,8 +995,8 @@ int row_tiles(const ConvArgs& a) {
     return (a.Cout + channels - 1) / channels;
 }
 
-Plan plan(const Gpu& gpu, int Cin, int row_tiles, int Tout, bool split) {
-    const int64_t want = 2 * int64_t(gpu.sms);
+Plan plan(const Gpu& gpu, int Cin, int row_tiles, int Tout, bool split, int streams) {
+    const int64_t want = std::max<int64_t>(1, 2 * int64_t(gpu.sms) / streams);
     Plan p{128, 1, 0};
     if (p.blocks(row_tiles, Tout) < want) p.tile = 64;
     const int chunks = reduction_chunks(half_rows_pitch(Cin), split);
@@ -1181,7 +1181,7 @@ struct HalfCall {
 // is a conv1d's until the caller changes it (the plan depends on the
 // phases only).
 HalfCall half_call(int Cin, int Cout, int Tin, int Tout, int K, int pad, int dilation, int phases,
-                   HalfOperands form) {
+                   HalfOperands form, int streams = 1) {
     HalfCall c;
     c.split = form == HalfOperands::kSplit;
     igemm::ConvArgs& a = c.args;
@@ -1198,15 +1198,16 @@ HalfCall half_call(int Cin, int Cout, int Tin, int Tout, int K, int pad, int dil
     a.y_left = 0;
     if (c.empty()) return c;
     c.gpu = igemm::current_gpu();
-    c.plan = igemm::plan(c.gpu, Cin, igemm::row_tiles(a), Tout, c.split);
+    c.plan = igemm::plan(c.gpu, Cin, igemm::row_tiles(a), Tout, c.split, streams);
     a.chunks_per_split = c.plan.chunks_per_split;
     return c;
 }
 
-HalfCall conv1d_call(int Cin, int Cout, int Tin, int K, int pad, int dilation, HalfOperands form) {
+HalfCall conv1d_call(int Cin, int Cout, int Tin, int K, int pad, int dilation, HalfOperands form,
+                     int streams) {
     if (K < 2) throw CudaError("conv1d_half_rows: needs K >= 2, got " + std::to_string(K));
     return half_call(Cin, Cout, Tin, conv1d_out_len(Tin, K, 1, pad, dilation), K, pad, dilation,
-                     1, form);
+                     1, form, streams);
 }
 
 // Polyphase: with t + pad = q stride + p, output t of phase p sums taps p +
@@ -1271,21 +1272,21 @@ void run(HalfCall c, const __half* x, const __half* w, float w_scale, const floa
 }  // namespace
 
 int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int pad, int dilation,
-                                        HalfOperands form) {
-    return conv1d_call(Cin, Cout, Tin, K, pad, dilation, form).scratch_floats();
+                                        HalfOperands form, int streams) {
+    return conv1d_call(Cin, Cout, Tin, K, pad, dilation, form, streams).scratch_floats();
 }
 
 int conv1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int pad, int dilation,
-                                 HalfOperands form) {
-    return conv1d_call(Cin, Cout, Tin, K, pad, dilation, form).stats_parts();
+                                 HalfOperands form, int streams) {
+    return conv1d_call(Cin, Cout, Tin, K, pad, dilation, form, streams).stats_parts();
 }
 
 void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b, float* y,
                       int Cin, int Cout, int Tin, int K, int pad, int dilation,
                       const float* residual, HalfOperands form, float* scratch,
-                      cudaStream_t stream, HalfConvKernel kernel, double* stats) {
-    run(conv1d_call(Cin, Cout, Tin, K, pad, dilation, form), x, w, w_scale, b, y, residual,
-        scratch, stream, kernel, stats);
+                      cudaStream_t stream, HalfConvKernel kernel, double* stats, int streams) {
+    run(conv1d_call(Cin, Cout, Tin, K, pad, dilation, form, streams), x, w, w_scale, b, y,
+        residual, scratch, stream, kernel, stats);
 }
 
 float conv_transpose_weight_to_half_rows(const float* src, __half* dst, int Cin, int K, int Cout,

@@ -273,6 +273,7 @@ struct Context {
     bool fast;                  // TF32 GEMMs (precision "fast"; the conv forms follow the weights)
     const char* tag;            // suffix of this context's workspace slot names
     PhaseMarks* marks;          // null unless phase timing is on
+    int conv_streams = 1;       // tensor-core convs running at once (their plans share the GPU)
 
     // The workspace buffer `slot` of this context (its tag appended).
     float* floats(const std::string& slot, int64_t count) const { return ws.floats(slot + tag, count); }
@@ -288,6 +289,11 @@ struct Context {
     Context with_fast(bool f) const {
         Context c = *this;
         c.fast = f;
+        return c;
+    }
+    Context with_conv_streams(int n) const {
+        Context c = *this;
+        c.conv_streams = n;
         return c;
     }
     ops::GemmMath gemm_math() const { return fast ? ops::GemmMath::kTf32 : ops::GemmMath::kFp32; }

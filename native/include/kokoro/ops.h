@@ -222,14 +222,14 @@ void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const flo
                       int Cin, int Cout, int Tin, int K, int pad, int dilation,
                       const float* residual, HalfOperands form, float* scratch,
                       cudaStream_t stream, HalfConvKernel kernel = HalfConvKernel::kBest,
-                      double* stats = nullptr);
+                      double* stats = nullptr, int streams = 1);
 int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int pad, int dilation,
-                                        HalfOperands form);
+                                        HalfOperands form, int streams = 1);
 // The statistics partials per channel conv1d_half_rows writes (one per time
 // tile); 0 where it cannot (a reduction split over blocks: no block sees
 // its final sums).
 int conv1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int pad, int dilation,
-                                 HalfOperands form);
+                                 HalfOperands form, int streams = 1);
 // Host-side: a device-layout conv weight [A, K, B] (fp32) as the tensor-core
 // conv's FP16 [A, K, ld] (ld = half_rows_pitch(B), pad columns zero; kSplit:
 // hi, then lo), stored times a power of two that brings max |w| into [2^13,
