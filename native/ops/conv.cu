@@ -981,7 +981,8 @@ Gpu current_gpu() {
 // The launch shape: the wide time tile (128) where it gives every SM two
 // blocks, else the narrow one (64), and then the reduction split over
 // enough blocks to give every SM two (short inputs; decoder convs on few
-// frames but 1090 channels). Both kernels use the same tiles.
+// frames but 1090 channels); `streams` convs at once share that target.
+// Both kernels use the same tiles.
 struct Plan {
     int tile, splits, chunks_per_split;
     int64_t blocks(int row_tiles, int Tout) const {

@@ -216,7 +216,9 @@ int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation);
 // mma.sync everywhere (tests check both on Hopper). `stats` (may be null):
 // the epilogue also writes y's statistics partials there (ChannelPartials,
 // conv1d_half_rows_stats_parts(...) per channel), for the AdaIN that reads y
-// next.
+// next. `streams`: how many such convs run at once (concurrent streams): the
+// launch plan fills the GPU for all of them together; give the scratch and
+// statistics functions the same.
 enum class HalfConvKernel { kBest, kMmaSync };
 void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b, float* y,
                       int Cin, int Cout, int Tin, int K, int pad, int dilation,
