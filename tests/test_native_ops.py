@@ -485,10 +485,11 @@ def test_conv1d_fp16x3_keeps_small_weights() -> None:
     ids=lambda c: "x".join(map(str, c)),
 )
 def test_conv1d_statistics_partials(rng: np.random.Generator, case: tuple[int, ...], math_name: str) -> None:
-    """The conv's epilogue hands its output's statistics to the AdaIN after it: the
-    partials tile the time axis in order, each holds its piece's count, sum and squared
-    deviations of y as stored (float64), and AdaIN from them writes what AdaIN's own
-    statistics pass writes. A reduction split over blocks writes none."""
+    """The conv hands its output's statistics to the AdaIN after it: the partials tile
+    the time axis in order, each holds its piece's count, sum and squared deviations of y
+    as stored (float64), and AdaIN from them writes what AdaIN's own statistics pass
+    writes. A reduction split over blocks (the 1090-channel case) has its sum kernel
+    write them, one per 256 steps."""
     c_in, c_out, t_in, k, pad, dilation = case
     x = f32(rng.standard_normal((c_in, t_in)) + 0.3)
     w = f32(rng.standard_normal((c_out, c_in, k)) / math.sqrt(c_in * k))
@@ -497,10 +498,7 @@ def test_conv1d_statistics_partials(rng: np.random.Generator, case: tuple[int, .
     residual = f32(rng.standard_normal((c_out, t_out)))
     y, parts = gpu.conv1d_stats(x, w, b, pad, dilation, residual, math_name)
     assert np.array_equal(y, gpu.conv1d(x, w, b, 1, pad, dilation, 1, residual, False, math_name))
-    assert parts.shape[0] == c_out and parts.shape[2] == 3
-    if c_in == 1090:  # one time tile: the reduction is split, no block sees final sums
-        assert parts.shape[1] == 0
-        return
+    assert parts.shape[0] == c_out and parts.shape[1] >= 1 and parts.shape[2] == 3
     counts = parts[:, :, 0]
     assert np.all(counts == counts[0]) and np.all(counts >= 1) and counts[0].sum() == t_out
     lengths = counts[0].astype(np.int64)

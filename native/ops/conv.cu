@@ -932,22 +932,39 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
 
 // The splits' sums: sum[p, c, q] = sum_z partial[z, p, c, q], z in order
 // (fixed summation order: repeatable bits), then stored as the conv kernel
-// stores (Output; never with statistics). grid.y = p Cout + c.
+// stores; a conv1d's (no phases) with statistics also writes each block's
+// partial over its kThreads columns (the conv kernel's blocks cannot: none
+// sees final sums). grid.y = p Cout + c.
 template <bool kPhases>
 __global__ void split_sum_kernel(const ConvArgs a, int splits) {
     await_producers();
     const int q = blockIdx.x * blockDim.x + threadIdx.x;
-    if (q >= a.Tout) return;
     const int row = int(blockIdx.y), p = kPhases ? row / a.Cout : 0, c = row - p * a.Cout;
-    const int64_t i = int64_t(row) * a.Tout + q, n = int64_t(a.phases) * a.Cout * a.Tout;
-    float sum = 0.f;
-    for (int z = 0; z < splits; ++z) sum += a.partial[z * n + i];
     const int t = kPhases ? q * a.phases + p - a.shift : q;  // the output map
-    if (t < 0 || t >= a.y_len) return;
-    const float u = fmaf(sum, a.w_scale, a.b != nullptr ? a.b[c] : 0.f);
-    const int64_t at = int64_t(c) * (a.y_len + a.y_left) + a.y_left + t;
-    a.y[at] = u + (a.residual != nullptr ? a.residual[at] : 0.f);
-    if (kPhases && t == 1 && a.y_left != 0) store_pad(a, c, u);
+    const bool inside = q < a.Tout && t >= 0 && t < a.y_len;
+    float v = 0.f;
+    if (inside) {
+        const int64_t i = int64_t(row) * a.Tout + q, n = int64_t(a.phases) * a.Cout * a.Tout;
+        float sum = 0.f;
+        for (int z = 0; z < splits; ++z) sum += a.partial[z * n + i];
+        const float u = fmaf(sum, a.w_scale, a.b != nullptr ? a.b[c] : 0.f);
+        const int64_t at = int64_t(c) * (a.y_len + a.y_left) + a.y_left + t;
+        v = u + (a.residual != nullptr ? a.residual[at] : 0.f);
+        a.y[at] = v;
+        if (kPhases && t == 1 && a.y_left != 0) store_pad(a, c, u);
+    }
+    if (kPhases || a.stats == nullptr) return;  // uniform over the block
+    __shared__ double scratch[kThreads / 32];
+    const int n = min(int(blockDim.x), a.Tout - int(blockIdx.x * blockDim.x));
+    const double sum = block_sum(inside ? double(v) : 0.0, scratch);
+    const double d = inside ? double(v) - sum / n : 0.0;
+    const double m2 = block_sum(d * d, scratch);
+    if (threadIdx.x == 0) {
+        double* s = a.stats + stats_index(a, c, int(blockIdx.x));
+        s[0] = n;
+        s[1] = sum;
+        s[2] = m2;
+    }
 }
 
 // The kernels with the output map's phases and pad compiled in.
@@ -1172,9 +1189,12 @@ struct HalfCall {
         if (empty() || plan.splits == 1) return 0;
         return int64_t(plan.splits) * args.phases * args.Cout * args.Tout;
     }
+    // One per time tile, or with a split reduction one per split_sum block
+    // (a conv1d's; a transposed conv's split reduction gives none).
     int stats_parts() const {
-        if (empty() || plan.splits > 1) return 0;
-        return (args.Tout + plan.tile - 1) / plan.tile + args.y_left;
+        if (empty()) return 0;
+        if (plan.splits == 1) return (args.Tout + plan.tile - 1) / plan.tile + args.y_left;
+        return igemm::has_phases(args) ? 0 : (args.Tout + kThreads - 1) / kThreads;
     }
 };
 
@@ -1245,8 +1265,8 @@ void run(HalfCall c, const __half* x, const __half* w, float w_scale, const floa
          const float* residual, float* scratch, cudaStream_t stream, HalfConvKernel kernel,
          double* stats) {
     if (c.empty()) return;
-    if (stats != nullptr && c.plan.splits > 1) {
-        throw CudaError("conv1d_half_rows: statistics asked of a split reduction (check the "
+    if (stats != nullptr && c.stats_parts() == 0) {
+        throw CudaError("conv1d_half_rows: statistics asked of a call that gives none (check the "
                         "stats_parts function first)");
     }
     igemm::ConvArgs& a = c.args;
@@ -1260,10 +1280,11 @@ void run(HalfCall c, const __half* x, const __half* w, float w_scale, const floa
     a.residual = residual;
     a.y = y;
     a.partial = c.plan.splits > 1 ? scratch : nullptr;
-    a.stats = stats;
+    a.stats = c.plan.splits > 1 ? nullptr : stats;  // split: the sum kernel writes them
     a.w_scale = w_scale;
     igemm::launch(c.gpu, c.plan, kernel, a, stream);
     if (c.plan.splits > 1) {
+        a.stats = stats;
         launch_dependent(igemm::has_phases(a) ? igemm::split_sum_kernel<true>
                                               : igemm::split_sum_kernel<false>,
                          per_channel_grid(a.phases * a.Cout, a.Tout), dim3(kThreads), 0, stream,

@@ -133,17 +133,6 @@ constexpr int kApplyVecs = 512;    // float4s per apply block (2 per thread)
 
 int stats_parts(int T) { return std::clamp((T + kStatsChunk - 1) / kStatsChunk, 1, kMaxParts); }
 
-__device__ double block_sum(double v, double* scratch) {
-    v = warp_sum(v);
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    double total = 0.0;
-    for (int w = 0; w < int(blockDim.x / 32); ++w) total += scratch[w];
-    __syncthreads();
-    return total;
-}
-
 // One block's share of a row xr [T]: the row is a scalar head up to the first
 // 16-byte boundary, a float4 body and a scalar tail; `part` of `parts` takes
 // body vectors [v0, v1), the first part also the head, the last the tail.

@@ -19,6 +19,19 @@ __device__ T warp_sum(T v) {
     return v;
 }
 
+// Sum over the block's threads (blockDim.x a multiple of 32), every thread
+// gets it (fixed order); scratch: blockDim.x / 32 doubles of shared memory.
+__device__ inline double block_sum(double v, double* scratch) {
+    v = warp_sum(v);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    double total = 0.0;
+    for (int w = 0; w < int(blockDim.x / 32); ++w) total += scratch[w];
+    __syncthreads();
+    return total;
+}
+
 // One warp's partial over values v[i] at positions lane + 32 i, those in
 // [first, end) valid (none: a partial of count 0); lane 0 writes it to out.
 template <int kPerLane>

@@ -227,9 +227,9 @@ void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const flo
                       double* stats = nullptr, int streams = 1);
 int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int pad, int dilation,
                                         HalfOperands form, int streams = 1);
-// The statistics partials per channel conv1d_half_rows writes (one per time
-// tile); 0 where it cannot (a reduction split over blocks: no block sees
-// its final sums).
+// The statistics partials per channel conv1d_half_rows writes: one per time
+// tile, or where the reduction is split over blocks (no block sees final
+// sums) one per 256 steps, written by the kernel that adds the splits.
 int conv1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int pad, int dilation,
                                  HalfOperands form, int streams = 1);
 // Host-side: a device-layout conv weight [A, K, B] (fp32) as the tensor-core
@@ -267,7 +267,7 @@ int64_t conv_transpose1d_scratch_floats(int Cin, int Cout, int Tin, int K, int g
 // output padding. x: half rows [Tin, half_rows_pitch(Cin)]; w as
 // conv_transpose_weight_to_half_rows stores it, with its w_scale; scratch,
 // kernel and stats as conv1d_half_rows's (stats: one partial per time tile,
-// then one for the pad's element).
+// then one for the pad's element; none where the reduction is split).
 void conv_transpose1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b,
                                 float* y, int Cin, int Cout, int Tin, int K, int stride, int pad,
                                 int reflect_left, const float* residual, HalfOperands form,
