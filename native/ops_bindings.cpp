@@ -127,6 +127,14 @@ FloatArray relaid_conv_weight(const FloatArray& w) {
 
 DFloat conv_weight(const FloatArray& w) { return DFloat::from(relaid_conv_weight(w)); }
 
+// FP16 weights laid out on the host, on the device.
+DeviceArray<__half> upload_halves(const std::vector<__half>& host) {
+    DeviceArray<__half> d(int64_t(host.size()));
+    KOKORO_CUDA_CHECK(cudaMemcpy(d.get(), host.data(), host.size() * sizeof(__half),
+                                 cudaMemcpyHostToDevice));
+    return d;
+}
+
 // The same weight as the tensor-core conv's FP16 [A, K, half_rows_pitch(B)]
 // (per part of `form`), with its w_scale.
 struct HalfWeight {
@@ -138,10 +146,7 @@ HalfWeight conv_weight_half(const FloatArray& w, ops::HalfOperands form) {
     std::vector<__half> host(size_t(ops::half_parts(form)) * A * K * ops::half_rows_pitch(B));
     const float scale =
         ops::conv_weight_to_half_rows(relaid_conv_weight(w).data(), host.data(), A, K, B, form);
-    DeviceArray<__half> d(int64_t(host.size()));
-    KOKORO_CUDA_CHECK(cudaMemcpy(d.get(), host.data(), host.size() * sizeof(__half),
-                                 cudaMemcpyHostToDevice));
-    return {std::move(d), scale};
+    return {upload_halves(host), scale};
 }
 
 // Half rows [T, ld] ([2, T, ld]: hi, lo when split) downloaded as float32
@@ -192,10 +197,9 @@ py::array_t<float> linear(const FloatArray& x, const FloatArray& w, const Option
         const int pitch = ops::split_pitch(in);
         std::vector<__half> host(size_t(2) * out * pitch);
         const float scale = ops::linear_weight_to_split_half(w.data(), host.data(), out, in);
-        DeviceArray<__half> dw(int64_t(host.size())), x_split(2 * int64_t(rows) * pitch);
+        const DeviceArray<__half> dw = upload_halves(host);
+        DeviceArray<__half> x_split(2 * int64_t(rows) * pitch);
         DFloat scratch(ops::linear_split_half_scratch_floats(rows, in, out));
-        KOKORO_CUDA_CHECK(cudaMemcpy(dw.get(), host.data(), host.size() * sizeof(__half),
-                                     cudaMemcpyHostToDevice));
         ops::linear_split_half(dx.get(), x_split.get(), dw.get(), scale, db.get(), y.get(), rows,
                                in, out, scratch.get(), stream(), beta);
     } else {
@@ -423,12 +427,14 @@ ops::GemmMath gemm_math(const std::string& math) {
     return ops::GemmMath::kTf32;
 }
 
-// The input of the fp16 paths: x uploaded and converted to half rows.
-DeviceArray<__half> half_rows_input(const FloatArray& x, ops::HalfOperands form) {
+// The input of the fp16 paths: x uploaded and converted to half rows
+// (through LeakyReLU(leaky_slope) where it is not 1).
+DeviceArray<__half> half_rows_input(const FloatArray& x, ops::HalfOperands form,
+                                    float leaky_slope = 1.f) {
     const int C = dim(x, 0), T = dim(x, 1);
     DFloat dx = DFloat::from(x);
     DeviceArray<__half> rows(int64_t(ops::half_parts(form)) * T * ops::half_rows_pitch(C));
-    ops::to_half_rows(dx.get(), rows.get(), C, T, form, stream());
+    ops::to_half_rows(dx.get(), rows.get(), C, T, form, stream(), leaky_slope);
     KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream()));  // before dx goes
     return rows;
 }
@@ -602,15 +608,11 @@ py::tuple conv_transpose1d_half(const FloatArray& x, const FloatArray& w, const 
                           dim(*residual, 1) == T),
             "conv_transpose1d_half: residual must be [Cout, reflect_left + Tout]");
     const ops::HalfOperands form = hm->form;
-    DFloat dx = DFloat::from(x);
-    DeviceArray<__half> rows(int64_t(ops::half_parts(form)) * Tin * ops::half_rows_pitch(Cin));
-    ops::to_half_rows(dx.get(), rows.get(), Cin, Tin, form, stream(), leaky_slope);
+    const DeviceArray<__half> rows = half_rows_input(x, form, leaky_slope);
     std::vector<__half> host(size_t(ops::half_parts(form)) * K * Cout * ops::half_rows_pitch(Cin));
     const float scale = ops::conv_transpose_weight_to_half_rows(relaid_conv_weight(w).data(),
                                                                 host.data(), Cin, K, Cout, form);
-    DeviceArray<__half> dw(int64_t(host.size()));
-    KOKORO_CUDA_CHECK(cudaMemcpy(dw.get(), host.data(), host.size() * sizeof(__half),
-                                 cudaMemcpyHostToDevice));
+    const DeviceArray<__half> dw = upload_halves(host);
     OptionalDevice db(b);
     const bool res_into_y = residual && residual_in_place;
     DFloat y = res_into_y ? DFloat::from(*residual) : DFloat::poisoned(int64_t(Cout) * T);

@@ -1266,8 +1266,8 @@ void run(HalfCall c, const __half* x, const __half* w, float w_scale, const floa
          double* stats) {
     if (c.empty()) return;
     if (stats != nullptr && c.stats_parts() == 0) {
-        throw CudaError("conv1d_half_rows: statistics asked of a call that gives none (check the "
-                        "stats_parts function first)");
+        throw CudaError("tensor-core conv: statistics asked of a call that gives none (check "
+                        "its stats_parts function first)");
     }
     igemm::ConvArgs& a = c.args;
     a.x = x;
