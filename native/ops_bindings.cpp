@@ -389,14 +389,27 @@ py::array_t<float> adain(const FloatArray& x, const FloatArray& style, const std
 }
 
 // x [C, T] as half rows [T, half_rows_pitch(C)] ([2, T, ld] when split),
-// downloaded as float32.
-py::array_t<float> to_half_rows(const FloatArray& x, bool split) {
+// downloaded as float32; with `plus` (up to two more [C, T] tensors) and
+// `scale`, of the ScaledSum ((x + plus[0]) + plus[1]) * scale; through
+// LeakyReLU(leaky_slope) where it is not 1.
+py::array_t<float> to_half_rows(const FloatArray& x, bool split,
+                                const std::vector<FloatArray>& plus, float scale,
+                                float leaky_slope) {
     require_ndim(x, 2, "x");
+    require(plus.size() <= 2, "to_half_rows: at most two more terms");
     const int C = dim(x, 0), T = dim(x, 1), ld = ops::half_rows_pitch(C);
+    std::vector<DFloat> terms;
+    terms.push_back(DFloat::from(x));
+    for (const FloatArray& p : plus) {
+        require(p.ndim() == 2 && dim(p, 0) == C && dim(p, 1) == T,
+                "to_half_rows: every term must have x's shape");
+        terms.push_back(DFloat::from(p));
+    }
+    auto term = [&](size_t i) { return i < terms.size() ? terms[i].get() : nullptr; };
     const ops::HalfOperands form = half_form(split);
-    DFloat dx = DFloat::from(x);
     auto rows = DeviceArray<__half>::poisoned(int64_t(ops::half_parts(form)) * T * ld);
-    ops::to_half_rows(dx.get(), rows.get(), C, T, form, stream());
+    ops::to_half_rows(ops::ScaledSum(term(0), term(1), term(2), scale), rows.get(), C, T, form,
+                      stream(), leaky_slope);
     return download_half_rows(rows, T, ld, form);
 }
 
@@ -459,11 +472,11 @@ struct HalfConv {
           rows(half_rows_input(x, m.form)),
           w(conv_weight_half(w_, m.form)),
           scratch(ops::conv1d_half_rows_scratch_floats(Cin, Cout, Tin, K, pad, dilation, m.form)) {}
-    void operator()(const float* b, float* y, const float* residual,
-                    double* stats = nullptr) const {
+    void operator()(const float* b, float* y, const float* residual, double* stats = nullptr,
+                    float out_scale = 1.f) const {
         ops::conv1d_half_rows(rows.get(), w.w.get(), w.scale, b, y, Cin, Cout, Tin, K, pad,
                               dilation, residual, math.form, scratch.get(), stream(), math.kernel,
-                              stats);
+                              stats, 1, out_scale);
     }
 };
 
@@ -496,9 +509,10 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
 
 // The tensor-core conv ("fp16" / "fp16x3" maths) with its statistics
 // partials of y: (y [Cout, Tout], partials [Cout, parts, 3] float64; parts 0
-// where the conv splits its reduction).
+// where the conv splits its reduction); y = (conv + b + residual) * out_scale.
 py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalFloat& b, int pad,
-                       int dilation, const OptionalFloat& residual, const std::string& math) {
+                       int dilation, const OptionalFloat& residual, const std::string& math,
+                       float out_scale) {
     require_ndim(x, 2, "x");
     require_ndim(w, 3, "w");
     const int Cin = dim(x, 0), Tin = dim(x, 1), Cout = dim(w, 0), K = dim(w, 2);
@@ -516,7 +530,7 @@ py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalF
         ops::conv1d_half_rows_stats_parts(Cin, Cout, Tin, K, pad, dilation, hm->form);
     auto stats = DeviceArray<double>::poisoned(int64_t(Cout) * parts * ops::kPartialDoubles);
     HalfConv(x, w, pad, dilation, *hm)(db.get(), y.get(), dres.get(),
-                                       parts > 0 ? stats.get() : nullptr);
+                                       parts > 0 ? stats.get() : nullptr, out_scale);
     return py::make_tuple(y.download({Cout, Tout}),
                           stats.download({Cout, parts, ops::kPartialDoubles}));
 }
@@ -740,12 +754,13 @@ void register_ops(py::module_& m) {
     o.def("adain", &adain, "x"_a, "style"_a, "act"_a = "none", "slope"_a = 0.2f,
           "alpha"_a = py::none(), "in_place"_a = false, "half_rows"_a = false, "split"_a = false,
           "partials"_a = py::none());
-    o.def("to_half_rows", &to_half_rows, "x"_a, "split"_a = false);
+    o.def("to_half_rows", &to_half_rows, "x"_a, "split"_a = false,
+          "plus"_a = std::vector<FloatArray>(), "scale"_a = 1.f, "leaky_slope"_a = 1.f);
     o.def("conv1d", &conv1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1, "pad"_a = 0,
           "dilation"_a = 1, "groups"_a = 1, "residual"_a = py::none(),
           "residual_in_place"_a = false, "math"_a = "fp32");
     o.def("conv1d_stats", &conv1d_stats, "x"_a, "w"_a, "b"_a = py::none(), "pad"_a = 0,
-          "dilation"_a = 1, "residual"_a = py::none(), "math"_a = "fp16");
+          "dilation"_a = 1, "residual"_a = py::none(), "math"_a = "fp16", "out_scale"_a = 1.f);
     o.def("conv1d_time_ms", &conv1d_time_ms, "x"_a, "w"_a, "b"_a, "pad"_a, "dilation"_a,
           "math"_a = "fp16", "repeats"_a = 20);
     o.def("conv_transpose1d", &conv_transpose1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1,

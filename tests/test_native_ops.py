@@ -525,6 +525,29 @@ def test_conv1d_statistics_partials(rng: np.random.Generator, case: tuple[int, .
     )
 
 
+@pytest.mark.parametrize("math_name", ["fp16", "fp16_mma_sync", "fp16x3"])
+@pytest.mark.parametrize(
+    "case", [(256, 256, 20011, 3, 1, 1), (1090, 100, 33, 3, 1, 1)], ids=lambda c: "x".join(map(str, c))
+)
+def test_conv1d_out_scale(rng: np.random.Generator, case: tuple[int, ...], math_name: str) -> None:
+    """out_scale scales conv + bias + residual once more (an AdainResBlk1d's sum / sqrt(2)):
+    exactly the float32 product of the unscaled output, in the epilogue and in the split
+    reduction's sum kernel (the 1090-channel case), and the statistics are the scaled y's."""
+    c_in, c_out, t_in, k, pad, dilation = case
+    x = f32(rng.standard_normal((c_in, t_in)))
+    w = f32(rng.standard_normal((c_out, c_in, k)) / math.sqrt(c_in * k))
+    b = f32(rng.standard_normal(c_out))
+    residual = f32(rng.standard_normal((c_out, t_in)))
+    scale = np.float32(1 / math.sqrt(2))
+    y1, _ = gpu.conv1d_stats(x, w, b, pad, dilation, residual, math_name)
+    y, parts = gpu.conv1d_stats(x, w, b, pad, dilation, residual, math_name, out_scale=scale)
+    assert np.array_equal(y, y1 * scale)
+    lengths = parts[0, :, 0].astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    sums = np.add.reduceat(f64(y), starts, axis=1)
+    np.testing.assert_allclose(parts[:, :, 1], sums, rtol=1e-12, atol=1e-12 * np.abs(sums).max())
+
+
 @pytest.mark.parametrize(
     "case",
     FAST_CONV1D_CASES[:3] + FAST_CONV1D_CASES[-4:-2] + [(130, 65, 77, 1, 0, 1)],
@@ -568,6 +591,24 @@ def test_to_half_rows_split(rng: np.random.Generator, shape: tuple[int, int]) ->
     assert np.array_equal(lo[:, :c], round_half(x.T.astype(np.float64) - hi[:, :c]))
     assert np.all(lo[:, c:] == 0)
     check(f"to_half_rows split {shape}: hi + lo", (hi + lo)[:, :c].T, f64(x), 2.0**-21)
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("terms", [2, 3])
+def test_to_half_rows_scaled_sum(rng: np.random.Generator, terms: int, split: bool) -> None:
+    """A ScaledSum's half rows (the generator's stage mean, formed by its reader): the
+    float32 ((x0 + x1) + x2) * scale in that order, through the LeakyReLU, then rounded
+    (split: hi + lo) exactly as to_half_rows rounds a single tensor."""
+    shape = (130, 517)
+    xs = [f32(rng.standard_normal(shape)) for _ in range(terms)]
+    scale = np.float32(1 / terms)
+    v = xs[0] + xs[1]
+    if terms == 3:
+        v = v + xs[2]
+    v = v * scale
+    v = np.where(v >= 0, v, v * np.float32(0.1)).astype(np.float32)
+    got = gpu.to_half_rows(xs[0], split, plus=xs[1:], scale=scale, leaky_slope=0.1)
+    assert np.array_equal(got, gpu.to_half_rows(v, split))
 
 
 @pytest.mark.parametrize("act", ["leaky_relu", "snake"])

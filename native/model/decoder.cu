@@ -3,7 +3,10 @@
 // The decoder's channel concatenations [x, asr_res, F0, N] are not copies:
 // two [1090, F] buffers hold the side rows (asr_res, F0, N) once, and the
 // encode/decode blocks write their 1024 output rows in front of them,
-// alternating between the two buffers.
+// alternating between the two buffers. A block's shortcut (nearest
+// upsampling, 1x1 conv: x alone) runs on a second stream beside its residual
+// path, whose last conv adds it and scales the sum by 1 / sqrt(2) in its
+// epilogue (no pass of its own).
 #include <cmath>
 
 #include "kokoro/check.h"
@@ -18,9 +21,26 @@ constexpr int kAsrResChannels = 64;
 constexpr int kDecodeBlocks = 4;
 }  // namespace
 
-void adain_res_blk1d(const Context& ctx, const std::string& prefix, const float* x, int c_in,
-                     int c_out, int T, bool upsample, float* out) {
+void adain_res_blk1d(const Context& ctx, const Context& lane, const std::string& prefix,
+                     const float* x, int c_in, int c_out, int T, bool upsample, float* out) {
     const int t_out = upsample ? 2 * T : T;
+
+    // Shortcut: [nearest x2] -> [1x1 conv when the channel count changes], on
+    // the lane: it needs x alone, so it runs beside the residual path.
+    const bool apart = &lane != &ctx && (upsample || c_in != c_out);
+    if (apart) lane.wait_for(ctx);  // x
+    const float* shortcut = x;
+    if (upsample) {
+        float* upsampled = lane.floats("block.upsampled", int64_t(c_in) * t_out);
+        ops::upsample_nearest(x, upsampled, c_in, T, 2, lane.stream);
+        shortcut = upsampled;
+    }
+    if (c_in != c_out) {
+        float* projected = lane.floats("block.shortcut", int64_t(c_out) * t_out);
+        lane.conv1d(prefix + ".conv1x1", shortcut, projected, c_in, c_out, t_out, 1, 1, 0, 1, 1,
+                    false);
+        shortcut = projected;
+    }
 
     // Residual: AdaIN + LeakyReLU, [depthwise x2 upsampler], conv, AdaIN + LeakyReLU, conv.
     float* hidden = ctx.floats("block.hidden", int64_t(c_out) * t_out);
@@ -37,30 +57,17 @@ void adain_res_blk1d(const Context& ctx, const std::string& prefix, const float*
                                         ops::Activation::kLeakyRelu, kLeakySlope, nullptr,
                                         prefix + ".conv1", 3, 1, nullptr, {}, "block.hidden");
     }
-    float* residual = ctx.floats("block.residual", int64_t(c_out) * t_out);
-    ctx.adain_conv1d(hidden, residual, c_out, c_out, t_out, prefix + ".norm2.fc",
-                     ops::Activation::kLeakyRelu, kLeakySlope, nullptr, prefix + ".conv2", 3, 1,
-                     nullptr, hidden_stats);
-
-    // Shortcut: [nearest x2] -> [1x1 conv when the channel count changes].
-    const float* shortcut = x;
-    if (upsample) {
-        float* upsampled = ctx.floats("block.upsampled", int64_t(c_in) * t_out);
-        ops::upsample_nearest(x, upsampled, c_in, T, 2, ctx.stream);
-        shortcut = upsampled;
-    }
-    if (c_in != c_out) {
-        float* projected = ctx.floats("block.shortcut", int64_t(c_out) * t_out);
-        ctx.conv1d(prefix + ".conv1x1", shortcut, projected, c_in, c_out, t_out, 1, 1, 0, 1, 1,
-                   false);
-        shortcut = projected;
-    }
+    // out = (residual + shortcut) / sqrt(2), all in the last conv's epilogue.
+    if (apart) ctx.wait_for(lane);
     const float inv_sqrt2 = static_cast<float>(1.0 / std::sqrt(2.0));
-    ops::add_scaled(residual, shortcut, out, int64_t(c_out) * t_out, inv_sqrt2, ctx.stream);
+    ctx.adain_conv1d(hidden, out, c_out, c_out, t_out, prefix + ".norm2.fc",
+                     ops::Activation::kLeakyRelu, kLeakySlope, nullptr, prefix + ".conv2", 3, 1,
+                     shortcut, hidden_stats, nullptr, inv_sqrt2);
 }
 
-void decoder_forward(const Context& ctx, const float* t_en, const int32_t* frame_token, int T,
-                     int F, const float* f0, const float* n, float* out) {
+void decoder_forward(const Context& ctx, const Context& lane, const float* t_en,
+                     const int32_t* frame_token, int T, int F, const float* f0, const float* n,
+                     float* out) {
     const int hid = ctx.cfg.hidden_dim;
     const int side_rows = kAsrResChannels + 2;
     const int cat_rows = kEncodeChannels + side_rows;
@@ -74,26 +81,33 @@ void decoder_forward(const Context& ctx, const float* t_en, const int32_t* frame
     ctx.conv1d("decoder.F0_conv", f0, f0_down, 1, 1, 2 * F, 3, 2, 1, 1, 1, true);
     ctx.conv1d("decoder.N_conv", n, n_down, 1, 1, 2 * F, 3, 2, 1, 1, 1, true);
 
+    // The side rows [asr_res; F0 down; N down] of both cat buffers, on the
+    // lane beside the encode block (whose shortcut queues after them there).
     float* cat[2] = {ctx.floats("decoder.cat_a", int64_t(cat_rows) * F),
                      ctx.floats("decoder.cat_b", int64_t(cat_rows) * F)};
-    adain_res_blk1d(ctx, "decoder.encode", encode_in, hid + 2, kEncodeChannels, F, false, cat[0]);
     float* side = cat[0] + int64_t(kEncodeChannels) * F;
-    ctx.conv1d("decoder.asr_res.0", encode_in, side, hid, kAsrResChannels, F, 1, 1, 0, 1, 1, true);
+    lane.wait_for(ctx);  // encode_in
+    lane.conv1d("decoder.asr_res.0", encode_in, side, hid, kAsrResChannels, F, 1, 1, 0, 1, 1,
+                true);
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(side + int64_t(kAsrResChannels) * F, f0_down,
-                                      2 * sizeof(float) * F, cudaMemcpyDeviceToDevice, ctx.stream));
+                                      2 * sizeof(float) * F, cudaMemcpyDeviceToDevice,
+                                      lane.stream));
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(cat[1] + int64_t(kEncodeChannels) * F, side,
                                       sizeof(float) * side_rows * F, cudaMemcpyDeviceToDevice,
-                                      ctx.stream));
+                                      lane.stream));
+    adain_res_blk1d(ctx, lane, "decoder.encode", encode_in, hid + 2, kEncodeChannels, F, false,
+                    cat[0]);
 
     // Only the last decode block upsamples (to the generator's input width).
     for (int i = 0; i < kDecodeBlocks; ++i) {
         const std::string prefix = "decoder.decode." + std::to_string(i);
         const float* in = cat[i % 2];
         if (i + 1 < kDecodeBlocks) {
-            adain_res_blk1d(ctx, prefix, in, cat_rows, kEncodeChannels, F, false, cat[(i + 1) % 2]);
+            adain_res_blk1d(ctx, lane, prefix, in, cat_rows, kEncodeChannels, F, false,
+                            cat[(i + 1) % 2]);
         } else {
-            adain_res_blk1d(ctx, prefix, in, cat_rows, ctx.cfg.upsample_initial_channel, F, true,
-                            out);
+            adain_res_blk1d(ctx, lane, prefix, in, cat_rows, ctx.cfg.upsample_initial_channel, F,
+                            true, out);
         }
     }
     ctx.record("dec_out", out, {ctx.cfg.upsample_initial_channel, 2 * F});

@@ -107,6 +107,15 @@ Trace::Array durations_before_rounding(const float* logits, int T, int max_dur, 
     return out;
 }
 
+// The one tensor of x, for the layers that read a plain pointer (convs
+// without a tensor-core weight).
+const float* single(const ops::ScaledSum& x, const std::string& layer) {
+    if (!x.single()) {
+        throw std::logic_error(layer + ": a sum of tensors as input needs its tensor-core weight");
+    }
+    return x.x0;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------ config, tensors
@@ -526,7 +535,7 @@ void Context::record(const char* key, const float* device, std::vector<int64_t> 
     KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
-void Context::conv1d(const std::string& prefix, const float* x, float* y, int c_in, int c_out,
+void Context::conv1d(const std::string& prefix, ops::ScaledSum x, float* y, int c_in, int c_out,
                      int t_in, int kernel, int stride, int pad, int dilation, int groups, bool bias,
                      const float* residual, float leaky_slope) const {
     const int64_t numel = int64_t(c_out) * (c_in / groups) * kernel;
@@ -539,13 +548,13 @@ void Context::conv1d(const std::string& prefix, const float* x, float* y, int c_
         conv1d_half_rows(w, rows, y, c_in, c_out, t_in, kernel, pad, dilation, b, residual);
         return;
     }
-    x = leaky_relu_of(x, int64_t(c_in) * t_in, leaky_slope);
     const float* w = weights.get(prefix + ".weight", numel);
+    const float* activated = leaky_relu_of(single(x, prefix), int64_t(c_in) * t_in, leaky_slope);
     const int64_t scratch_floats =
         ops::conv1d_scratch_floats(c_in, c_out, t_in, kernel, stride, pad, dilation, groups);
     float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
-    ops::conv1d(blas, x, w, b, y, c_in, c_out, t_in, kernel, stride, pad, dilation, groups,
-                residual, scratch, stream, gemm_math());
+    ops::conv1d(blas, activated, w, b, y, c_in, c_out, t_in, kernel, stride, pad, dilation,
+                groups, residual, scratch, stream, gemm_math());
 }
 
 ops::ChannelPartials Context::adain_conv1d(const float* x, float* y, int c_in, int c_out, int T,
@@ -554,10 +563,14 @@ ops::ChannelPartials Context::adain_conv1d(const float* x, float* y, int c_in, i
                                            const std::string& conv_prefix, int kernel,
                                            int dilation, const float* residual,
                                            ops::ChannelPartials x_stats,
-                                           const char* y_stats_slot) const {
+                                           const char* y_stats_slot, float out_scale) const {
     const int pad = dilation * (kernel - 1) / 2;
     const std::string weight = conv_prefix + ".weight";
     if (!weights.has_half(weight)) {
+        if (out_scale != 1.f) {
+            throw std::logic_error("adain_conv1d " + conv_prefix +
+                                   ": an output scale needs its tensor-core weight");
+        }
         float* activated = floats("ops.activated", int64_t(c_in) * T);
         adain(x, activated, c_in, T, fc_prefix, act, slope, alpha);
         conv1d(conv_prefix, activated, y, c_in, c_out, T, kernel, 1, pad, dilation, 1, true,
@@ -570,14 +583,15 @@ ops::ChannelPartials Context::adain_conv1d(const float* x, float* y, int c_in, i
     ops::adain_half_rows(x, rows, c_in, T, style(fc_prefix, c_in), act, slope, alpha, w.form,
                          adain_partials(c_in, T), stream, x_stats);
     return conv1d_half_rows(w, rows, y, c_in, c_out, T, kernel, pad, dilation,
-                            weights.get(conv_prefix + ".bias", c_out), residual, y_stats_slot);
+                            weights.get(conv_prefix + ".bias", c_out), residual, y_stats_slot,
+                            out_scale);
 }
 
 ops::ChannelPartials Context::conv1d_half_rows(const DeviceWeights::HalfConv& w,
                                                const __half* rows, float* y, int c_in, int c_out,
                                                int t_in, int kernel, int pad, int dilation,
                                                const float* b, const float* residual,
-                                               const char* y_stats_slot) const {
+                                               const char* y_stats_slot, float out_scale) const {
     const int64_t scratch_floats = ops::conv1d_half_rows_scratch_floats(
         c_in, c_out, t_in, kernel, pad, dilation, w.form, conv_streams);
     float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
@@ -589,11 +603,11 @@ ops::ChannelPartials Context::conv1d_half_rows(const DeviceWeights::HalfConv& w,
     }
     ops::conv1d_half_rows(rows, w.w, w.scale, b, y, c_in, c_out, t_in, kernel, pad, dilation,
                           residual, w.form, scratch, stream, ops::HalfConvKernel::kBest,
-                          y_stats.data, conv_streams);
+                          y_stats.data, conv_streams, out_scale);
     return y_stats;
 }
 
-ops::ChannelPartials Context::conv_transpose1d(const std::string& prefix, const float* x,
+ops::ChannelPartials Context::conv_transpose1d(const std::string& prefix, ops::ScaledSum x,
                                                float* y, int c_in, int c_out, int t_in,
                                                int kernel, int stride, int pad,
                                                int output_padding, int groups, float leaky_slope,
@@ -620,17 +634,17 @@ ops::ChannelPartials Context::conv_transpose1d(const std::string& prefix, const 
                                         ops::HalfConvKernel::kBest, y_stats.data);
         return y_stats;
     }
+    const float* w = weights.get(weight, int64_t(c_in) * (c_out / groups) * kernel);
     if (reflect_left != 0 || residual != nullptr) {
         throw std::logic_error("conv_transpose1d " + prefix +
                                ": a pad or residual needs its tensor-core weight");
     }
-    const float* w = weights.get(weight, int64_t(c_in) * (c_out / groups) * kernel);
     const int64_t scratch_floats =
         ops::conv_transpose1d_scratch_floats(c_in, c_out, t_in, kernel, groups);
     float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
-    ops::conv_transpose1d(blas, leaky_relu_of(x, int64_t(c_in) * t_in, leaky_slope), w, b, y,
-                          c_in, c_out, t_in, kernel, stride, pad, output_padding, groups, scratch,
-                          stream, gemm_math());
+    const float* activated = leaky_relu_of(single(x, prefix), int64_t(c_in) * t_in, leaky_slope);
+    ops::conv_transpose1d(blas, activated, w, b, y, c_in, c_out, t_in, kernel, stride, pad,
+                          output_padding, groups, scratch, stream, gemm_math());
     return {};
 }
 
@@ -696,11 +710,14 @@ template <typename Handle, typename Deleter>
 using Owned = std::unique_ptr<std::remove_pointer_t<Handle>, Deleter>;
 
 constexpr size_t kGraphCacheEntries = 16;          // per phase and lane
-constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;  // cuBLAS's advice for Hopper
-// main, side (both with cuBLAS), then the generator's residual-block
-// streams (tensor-core convs and AdaIN only: no cuBLAS handle).
+// cuBLAS's advice for Hopper; the residual-block streams' GEMMs (the
+// shortcuts' 1x1 convs) are small: a quarter of it.
+constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;
+constexpr size_t kResblockBlasWorkspaceBytes = kBlasWorkspaceBytes / 4;
+// main, side, then the generator's residual-block streams, which also run
+// the AdainResBlk1d shortcuts (1x1 convs) of the F0 / N stacks and the
+// decoder beside their residual paths; each with its cuBLAS handle.
 constexpr int kStreams = 2 + kResblockStreams;
-constexpr int kBlasStreams = 2;
 constexpr int kSideStream = 1;
 const char* const kStreamTags[] = {"", ".side", ".res1", ".res2"};
 static_assert(sizeof(kStreamTags) / sizeof(kStreamTags[0]) == kStreams, "one slot tag per stream");
@@ -772,8 +789,8 @@ private:
     bool fast_;  // precision "fast" for the text encoder, decoder and generator
     // Declared in teardown order: later members go first.
     Owned<cudaStream_t, StreamDeleter> streams_[kStreams];
-    std::unique_ptr<void, DeviceFree> blas_workspace_[kBlasStreams];
-    Owned<cublasHandle_t, BlasDeleter> blas_[kBlasStreams];
+    std::unique_ptr<void, DeviceFree> blas_workspace_[kStreams];
+    Owned<cublasHandle_t, BlasDeleter> blas_[kStreams];
     Owned<cudaEvent_t, EventDeleter> events_[kStreams];
     Workspace ws_;
     ops::Stft stft_;  // of uncaptured runs
@@ -805,7 +822,6 @@ Lane::Lane(const ModelConfig& cfg, const DeviceWeights& weights, bool fast)
         cudaEvent_t event = nullptr;
         KOKORO_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
         events_[i].reset(event);
-        if (i >= kBlasStreams) continue;
         cublasHandle_t handle = nullptr;
         KOKORO_CUBLAS_CHECK(cublasCreate(&handle));
         blas_[i].reset(handle);
@@ -815,9 +831,10 @@ Lane::Lane(const ModelConfig& cfg, const DeviceWeights& weights, bool fast)
         KOKORO_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
         KOKORO_CUBLAS_CHECK(cublasSetAtomicsMode(handle, CUBLAS_ATOMICS_NOT_ALLOWED));
         KOKORO_CUBLAS_CHECK(cublasSetStream(handle, stream));
-        blas_workspace_[i].reset(device_alloc(kBlasWorkspaceBytes, "the cuBLAS workspace"));
-        KOKORO_CUBLAS_CHECK(
-            cublasSetWorkspace(handle, blas_workspace_[i].get(), kBlasWorkspaceBytes));
+        const size_t workspace =
+            i <= kSideStream ? kBlasWorkspaceBytes : kResblockBlasWorkspaceBytes;
+        blas_workspace_[i].reset(device_alloc(workspace, "the cuBLAS workspace"));
+        KOKORO_CUBLAS_CHECK(cublasSetWorkspace(handle, blas_workspace_[i].get(), workspace));
     }
 }
 
@@ -829,7 +846,7 @@ Context Lane::context(int stream, bool fast, Trace* trace) {
     return Context{cfg_,
                    weights_,
                    ws_,
-                   stream < kBlasStreams ? blas_[stream].get() : nullptr,
+                   blas_[stream].get(),
                    streams_[stream].get(),
                    events_[stream].get(),
                    {style_out_[0], style_out_[1]},
@@ -990,7 +1007,10 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
         ops::transpose(d, d_t, T, width, main);
         ops::expand_frames(d_t, frame_token, en, width, T, F, main);
         ctx.record("en", en, {width, F});
-        f0n_forward(ctx, side.with_fast(false), en, F, f0, n);
+        const Context resblocks[kResblockStreams] = {context(2, fast_, trace),
+                                                     context(3, fast_, trace)};
+        f0n_forward(ctx, side.with_fast(false), resblocks[0].with_fast(false),
+                    resblocks[1].with_fast(false), en, F, f0, n);
         ctx.record("F0", f0, {2 * F});
         ctx.record("N", n, {2 * F});
         ctx.record("t_en", t_en, {hid, T});
@@ -998,10 +1018,8 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
         const float* har = generator_source(side, stft, f0, F, u.deterministic, seed);
         side.mark("harmonic source, STFT (side stream)");
         const Context fast = ctx.with_fast(fast_);
-        decoder_forward(fast, t_en, frame_token, T, F, f0, n, dec_out);
+        decoder_forward(fast, resblocks[0], t_en, frame_token, T, F, f0, n, dec_out);
         fast.mark("decoder");
-        const Context resblocks[kResblockStreams] = {context(2, fast_, trace),
-                                                     context(3, fast_, trace)};
         generator_forward(fast, side, resblocks, stft, dec_out, har, F, audio);
         fast.mark("conv_post, iSTFT");
     });

@@ -14,6 +14,7 @@
 // workspace, each slot reused for everything whose lifetime does not
 // overlap; the branch outputs are one slot per stage, and the largest
 // stage, [128, 120 F], sets the generator's memory.
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -73,13 +74,6 @@ void adain_resblock1(const Context& ctx, const std::string& prefix, const float*
             hidden_stats, last ? nullptr : "resblock.out");
         in = out;
     }
-}
-
-// mean += block j's output, the whole divided by n_blocks after the last.
-void add_to_mean(const Context& ctx, float* mean, const float* out, int64_t n, int j,
-                 int n_blocks) {
-    const float scale = j + 1 == n_blocks ? 1.f / static_cast<float>(n_blocks) : 1.f;
-    ops::add_scaled(mean, out, mean, n, scale, ctx.stream);
 }
 
 void check_length(const std::string& what, int got, int want) {
@@ -184,7 +178,7 @@ void generator_forward(const Context& ctx, const Context& side,
     // overlap). Rounded half rows (fast) are half that size.
     auto on_side = [&](int i) { return ctx.fast || i == 0; };
     float* side_source = source_branch(side, har, 0, F);
-    const float* stage_x = x;
+    ops::ScaledSum stage_x = x;
     Stage s{};
     for (int i = 0; i < n_stages; ++i) {
         const bool last = i + 1 == n_stages;
@@ -211,8 +205,11 @@ void generator_forward(const Context& ctx, const Context& side,
         float* branch = ctx.floats("generator.branch", n);
         float* mean = ctx.floats("generator.mean", n);
 
-        // Mean of the stage's residual blocks; the sum builds up in `mean`,
-        // in block order either way (the same bits sequential or concurrent).
+        // Mean of the stage's residual blocks, formed by its reader (the next
+        // upsampler's or conv_post's half rows) as ((out0 + out1) + out2) / 3,
+        // in block order either way (the same bits sequential or concurrent):
+        // concurrent blocks write a buffer each; sequential ones two, the
+        // middle blocks' outputs added into the first's.
         const bool concurrent =
             ctx.fast && n_kernels <= kResblockStreams + 1 &&
             n <= (last ? kConcurrentLastStageValues : kConcurrentResblockValues);
@@ -230,14 +227,17 @@ void generator_forward(const Context& ctx, const Context& side,
             adain_resblock1(on, block, stage_in, outs[size_t(j)], s.c_out, s.t_out,
                             cfg.resblock_kernel_sizes[j], cfg.resblock_dilation_sizes[j],
                             in_stats);
-            if (!concurrent && j > 0) add_to_mean(ctx, mean, branch, n, j, n_kernels);
+            if (!concurrent && j > 0 && j + 1 < n_kernels) {
+                ops::add_scaled(mean, branch, mean, n, 1.f, ctx.stream);
+            }
         }
-        for (int j = 1; concurrent && j < n_kernels; ++j) {
-            ctx.wait_for(resblocks[j - 1]);
-            add_to_mean(ctx, mean, outs[size_t(j)], n, j, n_kernels);
-        }
+        for (int j = 1; concurrent && j < n_kernels; ++j) ctx.wait_for(resblocks[j - 1]);
+        static_assert(kResblockStreams + 1 <= 3, "a stage mean has at most three terms");
+        const size_t terms = concurrent ? outs.size() : std::min<size_t>(outs.size(), 2);
+        stage_x = ops::ScaledSum(outs[0], terms > 1 ? outs[1] : nullptr,
+                                 terms > 2 ? outs[2] : nullptr,
+                                 1.f / static_cast<float>(n_kernels));
         ctx.mark("generator stage " + idx);
-        stage_x = mean;
     }
 
     check_length("conv_post input", s.t_out, spec_frames);

@@ -2,7 +2,7 @@
 // the duration encoder (n_layer x [BiLSTM, AdaLayerNorm, re-append style]),
 // the duration head (BiLSTM + linear to max_dur logits) and F0Ntrain (shared
 // BiLSTM over the frames, then the F0 and N AdainResBlk1d stacks with their
-// 1x1 projections, on two streams).
+// 1x1 projections, on two streams, their shortcuts on two more).
 // The duration encoder keeps one time-major buffer [T, hidden + style] whose
 // style columns are written once; each layer rewrites the first `hidden`
 // columns (a pitched copy).
@@ -46,8 +46,8 @@ void duration_head_forward(const Context& ctx, const float* d, int T, float* dur
                ctx.cfg.max_dur);
 }
 
-void f0n_forward(const Context& ctx, const Context& n_ctx, const float* en, int F, float* f0,
-                 float* n) {
+void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_lane,
+                 const Context& n_lane, const float* en, int F, float* f0, float* n) {
     const int hid = ctx.cfg.hidden_dim;
     const int width = hid + ctx.cfg.style_dim;
     const int half = hid / 2;
@@ -65,18 +65,19 @@ void f0n_forward(const Context& ctx, const Context& n_ctx, const float* en, int 
     n_ctx.wait_for(ctx);
     const struct {
         const Context& ctx;
+        const Context& lane;
         const char* name;
         float* out;
-    } stacks[] = {{ctx, "F0", f0}, {n_ctx, "N", n}};
+    } stacks[] = {{ctx, f0_lane, "F0", f0}, {n_ctx, n_lane, "N", n}};
     for (const auto& stack : stacks) {
         const Context& sc = stack.ctx;
         const std::string p = std::string("predictor.") + stack.name;
         float* a = sc.floats("prosody.stack_a", int64_t(hid) * F);
         float* b = sc.floats("prosody.stack_b", int64_t(half) * 2 * F);
         float* c = sc.floats("prosody.stack_c", int64_t(half) * 2 * F);
-        adain_res_blk1d(sc, p + ".0", shared, hid, hid, F, false, a);
-        adain_res_blk1d(sc, p + ".1", a, hid, half, F, true, b);
-        adain_res_blk1d(sc, p + ".2", b, half, half, 2 * F, false, c);
+        adain_res_blk1d(sc, stack.lane, p + ".0", shared, hid, hid, F, false, a);
+        adain_res_blk1d(sc, stack.lane, p + ".1", a, hid, half, F, true, b);
+        adain_res_blk1d(sc, stack.lane, p + ".2", b, half, half, 2 * F, false, c);
         sc.conv1d(p + "_proj", c, stack.out, half, 1, 2 * F, 1, 1, 0, 1, 1, true);
     }
     ctx.wait_for(n_ctx);

@@ -290,7 +290,7 @@ constexpr int kCoutTile = 128;     // output channels per block
 // The arguments of both kernels: for each of `phases` output phases, the
 // GEMM sum[c, q] = sum_{k, ci} w_p[c, k, ci] x[q + k * dil - pad, ci] over
 // Cout channels and Tout columns, then y = w_scale * sum (+ b) (+ residual)
-// through the output map below; x: half rows [Tin, ld], w: FP16, a
+// (a conv1d's times out_scale) through the output map below; x: half rows [Tin, ld], w: FP16, a
 // conv1d's [Cout, K, ld], a transposed conv's [K phases, Cout, ld] (phase
 // p, channel c, tap k at row ((K - 1 - k) phases + p) Cout + c: see
 // transposed_call); residual may equal y. Split operands: x_lo and w_lo
@@ -317,6 +317,7 @@ struct ConvArgs {
     float* partial;  // null: one split
     double* stats;   // null: none
     float w_scale;
+    float out_scale;  // y = (w_scale * sum + b + residual) * out_scale
     int ld, Cout, Tin, Tout, K, pad, dilation, chunks_per_split;
     int phases, shift, y_len, y_left;
 };
@@ -480,23 +481,24 @@ struct Output {
     const float* residual;
     int64_t base0;
     int live_rows, Tout;
-    float scale;
+    float scale, out_scale;
     __device__ Output(const ConvArgs& a, int c0)
         : y(a.partial != nullptr ? a.partial + int64_t(blockIdx.z) * a.Cout * a.Tout : a.y),
           residual(a.partial != nullptr ? nullptr : a.residual),
           base0(int64_t(c0) * a.Tout),
           live_rows(a.Cout - c0),
           Tout(a.Tout),
-          scale(a.partial != nullptr ? 1.f : a.w_scale) {}
+          scale(a.partial != nullptr ? 1.f : a.w_scale),
+          out_scale(a.partial != nullptr ? 1.f : a.out_scale) {}
     __device__ bool inside(int r, int t) const { return r < live_rows && t < Tout; }
     __device__ int64_t at(int r, int t) const { return base0 + int64_t(r) * Tout + int64_t(t); }
     // residual at row r, column t; 0 without one, or outside y.
     __device__ float residual_at(int r, int t) const {
         return residual != nullptr && inside(r, t) ? residual[at(r, t)] : 0.f;
     }
-    // Column t = scale * sum + bias + residual (inside y); returns it.
+    // Column t = (scale * sum + bias + residual) * out_scale (inside y); returns it.
     __device__ float store(int r, int t, float sum, float bias, float res) const {
-        const float v = fmaf(sum, scale, bias) + res;
+        const float v = (fmaf(sum, scale, bias) + res) * out_scale;
         if (inside(r, t)) y[at(r, t)] = v;
         return v;
     }
@@ -949,7 +951,7 @@ __global__ void split_sum_kernel(const ConvArgs a, int splits) {
         for (int z = 0; z < splits; ++z) sum += a.partial[z * n + i];
         const float u = fmaf(sum, a.w_scale, a.b != nullptr ? a.b[c] : 0.f);
         const int64_t at = int64_t(c) * (a.y_len + a.y_left) + a.y_left + t;
-        v = u + (a.residual != nullptr ? a.residual[at] : 0.f);
+        v = (u + (a.residual != nullptr ? a.residual[at] : 0.f)) * a.out_scale;
         a.y[at] = v;
         if (kPhases && t == 1 && a.y_left != 0) store_pad(a, c, u);
     }
@@ -1217,6 +1219,7 @@ HalfCall half_call(int Cin, int Cout, int Tin, int Tout, int K, int pad, int dil
     a.shift = 0;
     a.y_len = Tout;
     a.y_left = 0;
+    a.out_scale = 1.f;
     if (c.empty()) return c;
     c.gpu = igemm::current_gpu();
     c.plan = igemm::plan(c.gpu, Cin, igemm::row_tiles(a), Tout, c.split, streams);
@@ -1306,9 +1309,11 @@ int conv1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int pad, int
 void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b, float* y,
                       int Cin, int Cout, int Tin, int K, int pad, int dilation,
                       const float* residual, HalfOperands form, float* scratch,
-                      cudaStream_t stream, HalfConvKernel kernel, double* stats, int streams) {
-    run(conv1d_call(Cin, Cout, Tin, K, pad, dilation, form, streams), x, w, w_scale, b, y,
-        residual, scratch, stream, kernel, stats);
+                      cudaStream_t stream, HalfConvKernel kernel, double* stats, int streams,
+                      float out_scale) {
+    HalfCall call = conv1d_call(Cin, Cout, Tin, K, pad, dilation, form, streams);
+    call.args.out_scale = out_scale;
+    run(call, x, w, w_scale, b, y, residual, scratch, stream, kernel, stats);
 }
 
 float conv_transpose_weight_to_half_rows(const float* src, __half* dst, int Cin, int K, int Cout,

@@ -168,7 +168,7 @@ __global__ void interpolate_linear_kernel(const float* x, float* out, int Tin, i
     out[c * Tout + j] = x[c * Tin + i0] * (1.f - w1) + x[c * Tin + i1] * w1;
 }
 
-__global__ void to_half_rows_kernel(const float* x, __half* y, __half* y_lo, int C, int T,
+__global__ void to_half_rows_kernel(ScaledSum x, __half* y, __half* y_lo, int C, int T,
                                     float leaky_slope) {
     await_producers();
     const LeakyRelu act{leaky_slope};  // slope 1: the identity
@@ -262,8 +262,8 @@ void interpolate_linear(const float* x, float* out, int C, int Tin, int Tout, do
                      "interpolate_linear_kernel", x, out, Tin, Tout, scale);
 }
 
-void to_half_rows(const float* x, __half* y, int C, int T, HalfOperands form,
-                  cudaStream_t stream, float leaky_slope) {
+void to_half_rows(ScaledSum x, __half* y, int C, int T, HalfOperands form, cudaStream_t stream,
+                  float leaky_slope) {
     if (C == 0 || T == 0) return;
     __half* y_lo = form == HalfOperands::kSplit ? y + int64_t(T) * half_rows_pitch(C) : nullptr;
     launch_dependent(to_half_rows_kernel, half_rows_grid(C, T), dim3(kHalfRowsThreads), 0, stream,

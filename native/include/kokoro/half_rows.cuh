@@ -7,7 +7,8 @@
 //
 // One block (kHalfRowsThreads threads) transposes a 64-channel x 32-step tile
 // through shared memory, so that the reads (along t) and the writes (half2
-// along c) both coalesce; fn(c_local, v) transforms each value on its way
+// along c) both coalesce; x[c T + t] gives the input (a pointer, or anything
+// indexable: ops::ScaledSum); fn(c_local, v) transforms each value on its way
 // (identity for a plain conversion, AdaIN + activation in norm.cu). The
 // loops are unrolled so that each warp has all its loads in flight at once
 // (the kernel is bound by memory latency otherwise). Split operands
@@ -30,8 +31,8 @@ inline dim3 half_rows_grid(int C, int T) {
                 unsigned((ops::half_rows_pitch(C) + kHalfRowsTileC - 1) / kHalfRowsTileC));
 }
 
-template <typename Fn>
-__device__ void write_half_rows(const float* x, __half* y, __half* y_lo, int C, int T, Fn fn) {
+template <typename Source, typename Fn>
+__device__ void write_half_rows(const Source& x, __half* y, __half* y_lo, int C, int T, Fn fn) {
     constexpr int kWarps = kHalfRowsThreads / 32;
     __shared__ float tile[kHalfRowsTileC][kHalfRowsTileT + 1];
     const int ld = ops::half_rows_pitch(C);

@@ -316,8 +316,10 @@ struct Context {
     // tensor-core weight (DeviceWeights::half_only) run on the FP16
     // tensor-core kernel (x converted to half rows first, in the weight's
     // form, act on the way); the others in fp32, or TF32 GEMMs where `fast`.
-    void conv1d(const std::string& prefix, const float* x, float* y, int c_in, int c_out, int t_in,
-                int kernel, int stride, int pad, int dilation, int groups, bool bias,
+    // x may be a ScaledSum of several tensors where the conv has a
+    // tensor-core weight.
+    void conv1d(const std::string& prefix, ops::ScaledSum x, float* y, int c_in, int c_out,
+                int t_in, int kernel, int stride, int pad, int dilation, int groups, bool bias,
                 const float* residual = nullptr, float leaky_slope = 1.f) const;
     // AdaIN1d + activation (style `fc_prefix`, `alpha` only for Snake) on x
     // [c_in, T], then the dense stride-1 conv `conv_prefix` (with bias, same
@@ -328,21 +330,24 @@ struct Context {
     // them). y_stats_slot (may be null): a workspace slot for y's partials,
     // for the AdaIN that reads y next; returns them, or none where the conv
     // cannot write them (ops::conv1d_half_rows_stats_parts). A slot's
-    // partials live until the next call that names it.
+    // partials live until the next call that names it. out_scale: y = (conv
+    // + residual) * out_scale (tensor-core convs only).
     ops::ChannelPartials adain_conv1d(const float* x, float* y, int c_in, int c_out, int T,
                                       const std::string& fc_prefix, ops::Activation act,
                                       float slope, const float* alpha,
                                       const std::string& conv_prefix, int kernel, int dilation,
                                       const float* residual = nullptr,
                                       ops::ChannelPartials x_stats = {},
-                                      const char* y_stats_slot = nullptr) const;
+                                      const char* y_stats_slot = nullptr,
+                                      float out_scale = 1.f) const;
     // The tensor-core conv with weight `w` on half rows [t_in, ld] in w's
-    // form; y_stats_slot as adain_conv1d's.
+    // form; y_stats_slot and out_scale as adain_conv1d's.
     ops::ChannelPartials conv1d_half_rows(const DeviceWeights::HalfConv& w, const __half* rows,
                                           float* y, int c_in, int c_out, int t_in, int kernel,
                                           int pad, int dilation, const float* b,
                                           const float* residual,
-                                          const char* y_stats_slot = nullptr) const;
+                                          const char* y_stats_slot = nullptr,
+                                          float out_scale = 1.f) const;
     // x itself for leaky_slope 1, else LeakyReLU(leaky_slope) of its n values
     // (workspace slot "ops.activated").
     const float* leaky_relu_of(const float* x, int64_t n, float leaky_slope) const;
@@ -359,9 +364,10 @@ struct Context {
     // 0); residual (may be null) has y's shape and may equal y. A
     // tensor-core weight (DeviceWeights::half_transposed) runs polyphase on
     // the tensor-core kernel, all of it in one pass after the half rows
-    // (y_stats_slot as adain_conv1d's); the others (the decoder's depthwise
-    // pool) as ops::conv_transpose1d, without pad or residual.
-    ops::ChannelPartials conv_transpose1d(const std::string& prefix, const float* x, float* y,
+    // (y_stats_slot as adain_conv1d's; x may be a ScaledSum); the others (the
+    // decoder's depthwise pool) as ops::conv_transpose1d, without pad or
+    // residual.
+    ops::ChannelPartials conv_transpose1d(const std::string& prefix, ops::ScaledSum x, float* y,
                                           int c_in, int c_out, int t_in, int kernel, int stride,
                                           int pad, int output_padding, int groups,
                                           float leaky_slope = 1.f, int reflect_left = 0,
@@ -393,24 +399,29 @@ void duration_encoder_forward(const Context& ctx, const float* d_en_rows, const 
 void duration_head_forward(const Context& ctx, const float* d, int T, float* dur_lstm,
                            float* logits);
 // F0Ntrain: en [hidden + style, F] -> f0 [2F], n [2F]. The shared LSTM and
-// the F0 stack run on `ctx`, the N stack concurrently on `n_ctx`; `ctx` has
-// waited for both on return.
-void f0n_forward(const Context& ctx, const Context& n_ctx, const float* en, int F, float* f0,
-                 float* n);
+// the F0 stack run on `ctx`, the N stack concurrently on `n_ctx`, their
+// blocks' shortcuts on `f0_lane` and `n_lane` (adain_res_blk1d); `ctx` has
+// waited for all of them on return.
+void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_lane,
+                 const Context& n_lane, const float* en, int F, float* f0, float* n);
 
 // ------------------------------------------------------- text_encoder.cu
 // Text encoder: ids [T] -> t_en [hidden, T].
 void text_encoder_forward(const Context& ctx, const int32_t* ids, int T, float* t_en);
 
 // ------------------------------------------------------------ decoder.cu
-// AdainResBlk1d `prefix`: x [c_in, T] -> out [c_out, T or 2T]; style from
-// `prefix.norm{1,2}.fc`.
-void adain_res_blk1d(const Context& ctx, const std::string& prefix, const float* x, int c_in,
-                     int c_out, int T, bool upsample, float* out);
+// AdainResBlk1d `prefix`: x [c_in, T] -> out [c_out, T or 2T] (out may not
+// be x); style from `prefix.norm{1,2}.fc`. The shortcut (upsampling, 1x1
+// conv) runs on `lane`, concurrently with the residual path on ctx (lane
+// may be ctx itself); ctx has waited for it on return.
+void adain_res_blk1d(const Context& ctx, const Context& lane, const std::string& prefix,
+                     const float* x, int c_in, int c_out, int T, bool upsample, float* out);
 // Decoder up to the generator: t_en [hidden, T], frame_token [F], f0/n [2F]
-// -> out [upsample_initial_channel, 2F].
-void decoder_forward(const Context& ctx, const float* t_en, const int32_t* frame_token, int T,
-                     int F, const float* f0, const float* n, float* out);
+// -> out [upsample_initial_channel, 2F]; the blocks' shortcuts and asr_res
+// on `lane` (ctx has waited for it on return).
+void decoder_forward(const Context& ctx, const Context& lane, const float* t_en,
+                     const int32_t* frame_token, int T, int F, const float* f0, const float* n,
+                     float* out);
 
 // ---------------------------------------------------------- generator.cu
 // The generator's harmonic source and its STFT: f0 [2F] -> har [n_fft + 2,
@@ -424,7 +435,7 @@ int generator_spec_frames(const ModelConfig& cfg, int F);
 // conv + noise AdaINResBlock1 on har) run on `side` (whose stream holds har
 // already) concurrently with ctx's work, but in fp32 the last one on ctx.
 // In precision "fast", stages up to a size (a larger bound for the last)
-// run their residual blocks 2.. on `resblocks` (contexts without cuBLAS)
+// run their residual blocks 2.. on `resblocks`
 // concurrently with block 1 on ctx (generator.cu says when). ctx has waited
 // for all of them on return.
 constexpr int kResblockStreams = 2;

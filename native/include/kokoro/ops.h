@@ -113,12 +113,32 @@ __host__ __device__ inline int half_rows_pitch(int C) { return (C + 7) / 8 * 8; 
 enum class HalfOperands { kRounded, kSplit };
 // FP16 parts stored per value.
 inline int half_parts(HalfOperands form) { return form == HalfOperands::kSplit ? 2 : 1; }
+// A tensor read as the sum of up to three same-shaped fp32 tensors times a
+// scale, ((x0 + x1) + x2) * scale in that order: the mean of the generator's
+// residual blocks, formed by the op that reads it rather than by passes of
+// its own. From a single pointer: that tensor.
+struct ScaledSum {
+    const float* x0 = nullptr;
+    const float* x1 = nullptr;
+    const float* x2 = nullptr;
+    float scale = 1.f;
+    ScaledSum(const float* x) : x0(x) {}  // NOLINT(google-explicit-constructor)
+    ScaledSum(const float* a, const float* b, const float* c, float s)
+        : x0(a), x1(b), x2(c), scale(s) {}
+    bool single() const { return x1 == nullptr && x2 == nullptr && scale == 1.f; }
+    __host__ __device__ float operator[](int64_t i) const {
+        float v = x0[i];
+        if (x1 != nullptr) v += x1[i];
+        if (x2 != nullptr) v += x2[i];
+        return v * scale;
+    }
+};
 // x [C, T] fp32 -> half rows y [T, half_rows_pitch(C)] (FP16, pad columns
 // zero; kSplit: hi rows, then lo rows): the tensor-core conv's input where no
 // AdaIN precedes it; leaky_slope other than 1 applies LeakyReLU(leaky_slope)
 // on the way (the generator's activations before its upsamplers and conv_post).
-void to_half_rows(const float* x, __half* y, int C, int T, HalfOperands form,
-                  cudaStream_t stream, float leaky_slope = 1.f);
+void to_half_rows(ScaledSum x, __half* y, int C, int T, HalfOperands form, cudaStream_t stream,
+                  float leaky_slope = 1.f);
 // Copy a [rows, cols] block between row pitches (concatenation along
 // channels, slicing). Pitches in elements.
 void copy_rows(const float* src, int src_pitch, float* dst, int dst_pitch, int rows, int cols,
@@ -218,13 +238,15 @@ int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation);
 // conv1d_half_rows_stats_parts(...) per channel), for the AdaIN that reads y
 // next. `streams`: how many such convs run at once (concurrent streams): the
 // launch plan fills the GPU for all of them together; give the scratch and
-// statistics functions the same.
+// statistics functions the same. `out_scale`: y = (conv(x) + b + residual) *
+// out_scale, rounded once more (an AdainResBlk1d's (residual + shortcut) /
+// sqrt(2)); the statistics are y's as stored.
 enum class HalfConvKernel { kBest, kMmaSync };
 void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b, float* y,
                       int Cin, int Cout, int Tin, int K, int pad, int dilation,
                       const float* residual, HalfOperands form, float* scratch,
                       cudaStream_t stream, HalfConvKernel kernel = HalfConvKernel::kBest,
-                      double* stats = nullptr, int streams = 1);
+                      double* stats = nullptr, int streams = 1, float out_scale = 1.f);
 int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int pad, int dilation,
                                         HalfOperands form, int streams = 1);
 // The statistics partials per channel conv1d_half_rows writes: one per time
