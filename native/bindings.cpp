@@ -90,14 +90,15 @@ kokoro::Utterance utterance(const IdArray& ids, const FloatArray& ref_s, float s
             speed,      deterministic,                 seed};
 }
 
-// The audio moves into the NumPy array (a capsule owns it: no copy of
+// The audio's page-locked block moves into the NumPy array (a capsule owns
+// it, and returns it to the engine's pool when the array goes: no copy of
 // seconds of samples); the durations are copied.
 py::tuple audio_and_durations(kokoro::ForwardResult& result) {
-    auto samples = std::make_unique<std::vector<float>>(std::move(result.audio));
-    const py::capsule owner(samples.get(),
-                            [](void* p) { delete static_cast<std::vector<float>*>(p); });
-    const std::vector<float>& kept = *samples.release();  // the capsule's from here on
-    py::array_t<float> audio(static_cast<py::ssize_t>(kept.size()), kept.data(), owner);
+    using Block = kokoro::PinnedPool::Block;
+    auto block = std::make_unique<Block>(std::move(result.audio));
+    const py::capsule owner(block.get(), [](void* p) { delete static_cast<Block*>(p); });
+    const float* samples = block.release()->get();  // the capsule's from here on
+    py::array_t<float> audio(static_cast<py::ssize_t>(result.samples), samples, owner);
     py::array_t<int64_t> durations(static_cast<py::ssize_t>(result.durations.size()),
                                    result.durations.data());
     return py::make_tuple(audio, durations);

@@ -153,6 +153,22 @@ def test_deterministic_is_bit_exact_and_workspace_reuse_is_clean(
     assert seeded.tobytes() == first.tobytes()
 
 
+def test_audio_arrays_keep_their_samples(config: ModelConfig, gpu: CUDABackend) -> None:
+    """Each result's audio owns its page-locked block (the engine copies the audio straight
+    into it): later calls never write into a block whose array is alive, and a block comes
+    back for reuse once its array is gone."""
+    ids, ref_s = random_inputs(config, 25, seed=8)
+    other_ids, other_ref_s = random_inputs(config, 25, seed=9)
+    first, _ = gpu.forward(ids, ref_s, 1.0, deterministic=True, seed=None)
+    kept = first.copy()
+    others = [gpu.forward(other_ids, other_ref_s, 1.0, deterministic=True, seed=None)[0] for _ in range(3)]
+    assert np.array_equal(first, kept)
+    assert all(not np.array_equal(o[: kept.size], kept[: o.size]) for o in others)
+    del first, others
+    again, _ = gpu.forward(ids, ref_s, 1.0, deterministic=True, seed=None)
+    assert again.tobytes() == kept.tobytes()
+
+
 def test_seeded_stochastic_mode_repeats(config: ModelConfig, gpu: CUDABackend) -> None:
     ids, ref_s = random_inputs(config, 30, seed=4)
     a, _ = gpu.forward(ids, ref_s, 1.0, deterministic=False, seed=1234)

@@ -27,7 +27,8 @@
 //             [harmonic source + STFT, then each generator stage's source
 //             branch, on the side stream] || decoder, the generator's
 //             stages (each waits for its source branch); the audio is read back
-//             (through the lane's page-locked buffer).
+//             (into a page-locked block of the engine's PinnedPool, which the
+//             result keeps).
 //   Each phase runs as a CUDA graph replay once its key has been seen
 //   before (tokens: T; frames: T, F, deterministic); the seed reaches the
 //   source through device memory, so replays take a new one. A graph is
@@ -697,9 +698,6 @@ struct BlasDeleter {
 struct EventDeleter {
     void operator()(cudaEvent_t e) const noexcept { static_cast<void>(cudaEventDestroy(e)); }
 };
-struct PinnedFree {
-    void operator()(float* p) const noexcept { static_cast<void>(cudaFreeHost(p)); }
-};
 struct GraphDeleter {
     void operator()(cudaGraph_t g) const noexcept { static_cast<void>(cudaGraphDestroy(g)); }
 };
@@ -765,7 +763,8 @@ private:
 
 class Lane {
 public:
-    Lane(const ModelConfig& cfg, const DeviceWeights& weights, bool fast);
+    Lane(const ModelConfig& cfg, const DeviceWeights& weights, bool fast,
+         std::shared_ptr<PinnedPool> audio_pool);
     ~Lane();
     Lane(const Lane&) = delete;
     Lane& operator=(const Lane&) = delete;
@@ -801,12 +800,16 @@ private:
     // The audio's way to the host: page-locked, so the copy runs at the
     // link's speed (a pageable copy of 30 s of audio took ~0.5 ms), grown
     // as needed.
-    std::unique_ptr<float, PinnedFree> audio_host_;
-    int64_t audio_host_floats_ = 0;
+    std::shared_ptr<PinnedPool> audio_pool_;
 };
 
-Lane::Lane(const ModelConfig& cfg, const DeviceWeights& weights, bool fast)
-    : cfg_(cfg), weights_(weights), fast_(fast), stft_(cfg.n_fft, cfg.hop) {
+Lane::Lane(const ModelConfig& cfg, const DeviceWeights& weights, bool fast,
+           std::shared_ptr<PinnedPool> audio_pool)
+    : cfg_(cfg),
+      weights_(weights),
+      fast_(fast),
+      stft_(cfg.n_fft, cfg.hop),
+      audio_pool_(std::move(audio_pool)) {
     // The critical path first: every stream but the side stream gets the
     // device's highest priority, so that the block scheduler gives free SMs
     // to the decoder's and the stages' latency-bound kernels before the
@@ -1024,19 +1027,61 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
         fast.mark("conv_post, iSTFT");
     });
 
-    if (audio_host_floats_ < samples) {
-        audio_host_.reset();
-        audio_host_floats_ = 0;
-        audio_host_.reset(static_cast<float*>(pinned_alloc(sizeof(float) * samples, "the audio")));
-        audio_host_floats_ = samples;
-    }
-    KOKORO_CUDA_CHECK(cudaMemcpyAsync(audio_host_.get(), audio, sizeof(float) * samples,
+    result.audio = audio_pool_->take(samples);
+    result.samples = samples;
+    KOKORO_CUDA_CHECK(cudaMemcpyAsync(result.audio.get(), audio, sizeof(float) * samples,
                                       cudaMemcpyDeviceToHost, main));
     KOKORO_CUDA_CHECK(cudaStreamSynchronize(main));  // the side stream has joined main
-    result.audio.assign(audio_host_.get(), audio_host_.get() + samples);
     ws_.release_retired();
-    if (trace != nullptr) trace->floats["audio"] = {{samples}, result.audio};
+    if (trace != nullptr) {
+        trace->floats["audio"] = {{samples}, {result.audio.get(), result.audio.get() + samples}};
+    }
     return result;
+}
+
+// ----------------------------------------------------------------- PinnedPool
+
+void PinnedPool::Return::operator()(float* block) const noexcept {
+    pool->give_back(block, capacity);
+}
+
+PinnedPool::~PinnedPool() {
+    for (const auto& [capacity, block] : free_) static_cast<void>(cudaFreeHost(block));
+}
+
+PinnedPool::Block PinnedPool::take(int64_t floats) {
+    {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        auto best = free_.end();
+        for (auto it = free_.begin(); it != free_.end(); ++it) {
+            if (it->first >= floats && (best == free_.end() || it->first < best->first)) best = it;
+        }
+        if (best != free_.end()) {
+            const auto [capacity, block] = *best;
+            free_.erase(best);
+            free_bytes_ -= capacity * int64_t(sizeof(float));
+            return Block(block, Return{shared_from_this(), capacity});
+        }
+    }
+    const int64_t capacity = std::max<int64_t>(floats, 1);
+    float* block = static_cast<float*>(pinned_alloc(sizeof(float) * capacity, "the audio"));
+    return Block(block, Return{shared_from_this(), capacity});
+}
+
+void PinnedPool::give_back(float* block, int64_t capacity) noexcept {
+    std::vector<float*> freed;
+    {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        free_.emplace_back(capacity, block);
+        free_bytes_ += capacity * int64_t(sizeof(float));
+        std::sort(free_.begin(), free_.end());
+        while (free_bytes_ > kKeepBytes) {
+            free_bytes_ -= free_.back().first * int64_t(sizeof(float));
+            freed.push_back(free_.back().second);
+            free_.pop_back();
+        }
+    }
+    for (float* p : freed) static_cast<void>(cudaFreeHost(p));
 }
 
 // --------------------------------------------------------------------- Engine
@@ -1056,7 +1101,9 @@ Engine::~Engine() = default;  // the lanes drain their streams
 
 Lane& Engine::lane(size_t index) {
     const bool fast = precision_ == Precision::kFast;
-    while (lanes_.size() <= index) lanes_.push_back(std::make_unique<Lane>(cfg_, *weights_, fast));
+    while (lanes_.size() <= index) {
+        lanes_.push_back(std::make_unique<Lane>(cfg_, *weights_, fast, audio_pool_));
+    }
     return *lanes_[index];
 }
 

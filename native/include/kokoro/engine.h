@@ -30,8 +30,38 @@ public:
     using std::invalid_argument::invalid_argument;
 };
 
+// Page-locked host blocks for the results' audio, kept for reuse: the GPU
+// copies the audio straight into a block that the result then owns (where a
+// pageable destination took a second copy on the host, ~60 us per MB with
+// its first-touch page faults), and the block comes back when the result's
+// last holder (the NumPy array) lets go. Free blocks are kept up to
+// kKeepBytes in all (the largest go first beyond it); thread-safe.
+class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
+public:
+    static constexpr int64_t kKeepBytes = int64_t(256) << 20;
+    // Returns its block to the pool that made it.
+    struct Return {
+        std::shared_ptr<PinnedPool> pool;
+        int64_t capacity = 0;  // floats
+        void operator()(float* block) const noexcept;
+    };
+    using Block = std::unique_ptr<float[], Return>;
+
+    ~PinnedPool();
+    // A block of at least `floats` floats: the smallest free one that fits,
+    // else a new one.
+    Block take(int64_t floats);
+
+private:
+    void give_back(float* block, int64_t capacity) noexcept;
+    std::mutex mutex_;
+    std::vector<std::pair<int64_t, float*>> free_;  // (capacity, block)
+    int64_t free_bytes_ = 0;
+};
+
 struct ForwardResult {
-    std::vector<float> audio;        // [samples]
+    PinnedPool::Block audio;         // [samples]
+    int64_t samples = 0;
     std::vector<int64_t> durations;  // [T] frames per token
 };
 
@@ -99,6 +129,7 @@ private:
     Precision precision_;
     std::mutex forward_mutex_;  // one call at a time (the GIL is released)
     std::unique_ptr<DeviceWeights> weights_;
+    std::shared_ptr<PinnedPool> audio_pool_ = std::make_shared<PinnedPool>();
     std::vector<std::unique_ptr<Lane>> lanes_;  // destroyed first: they drain their streams
 };
 
