@@ -210,6 +210,27 @@ py::array_t<float> linear(const FloatArray& x, const FloatArray& w, const Option
     return y.download({rows, out});
 }
 
+// ALBERT's fusion: the split linear (x @ w^T, split operands) with its split
+// sums added by the gelu_new (of it + b) after it.
+py::array_t<float> linear_gelu(const FloatArray& x, const FloatArray& w, const FloatArray& b) {
+    require_ndim(x, 2, "x");
+    require_ndim(w, 2, "w");
+    const int rows = dim(x, 0), in = dim(x, 1), out = dim(w, 0);
+    require(dim(w, 1) == in && dim(b, 0) == out, "linear_gelu: w, b do not match x");
+    DFloat dx = DFloat::from(x), db = DFloat::from(b);
+    DFloat y = DFloat::poisoned(int64_t(rows) * out);
+    const int pitch = ops::split_pitch(in);
+    std::vector<__half> host(size_t(2) * out * pitch);
+    const float scale = ops::linear_weight_to_split_half(w.data(), host.data(), out, in);
+    const DeviceArray<__half> dw = upload_halves(host);
+    DeviceArray<__half> x_split(2 * int64_t(rows) * pitch);
+    DFloat scratch(ops::linear_split_half_scratch_floats(rows, in, out));
+    const ops::SplitSums sums = ops::linear_split_half_sums(
+        dx.get(), x_split.get(), dw.get(), scale, y.get(), rows, in, out, scratch.get(), stream());
+    ops::gelu_new(sums, y.get(), rows, out, db.get(), stream());
+    return y.download({rows, out});
+}
+
 // ----------------------------------------------------------- elementwise
 py::array_t<float> albert_embeddings(const IntArray& ids, const FloatArray& word,
                                      const OptionalFloat& pos, const OptionalFloat& type0) {
@@ -232,7 +253,8 @@ py::array_t<float> gelu_new(const FloatArray& x, const OptionalFloat& bias) {
             "gelu_new: bias must match the last axis of x");
     DFloat y = DFloat::from(x);
     OptionalDevice db(bias);
-    ops::gelu_new(y.get(), cols > 0 ? int64_t(x.size()) / cols : 0, cols, db.get(), stream());
+    ops::gelu_new(y.get(), y.get(), cols > 0 ? int64_t(x.size()) / cols : 0, cols, db.get(),
+                  stream());
     return y.download(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
 }
 
@@ -738,6 +760,7 @@ void register_ops(py::module_& m) {
     o.def("albert_embeddings", &albert_embeddings, "ids"_a, "word"_a, "pos"_a = py::none(),
           "type0"_a = py::none());
     o.def("gelu_new", &gelu_new, "x"_a, "bias"_a = py::none());
+    o.def("linear_gelu", &linear_gelu, "x"_a, "w"_a, "b"_a);
     o.def("leaky_relu", &leaky_relu, "x"_a, "slope"_a, "in_place"_a = false);
     o.def("add_scaled", &add_scaled, "a"_a, "b"_a, "scale"_a);
     o.def("copy_rows", &copy_rows, "src"_a, "src_col"_a, "dst"_a, "dst_col"_a, "cols"_a);

@@ -144,6 +144,21 @@ def test_linear_split_half(rng: np.random.Generator, rows: int, d_in: int, d_out
         assert rel_error(rounded, want) > 5 * reduction_tol(d_in), "the rounded-FP16 contrast is too weak"
 
 
+@pytest.mark.parametrize("rows,d_in,d_out", [(32, 768, 2048), (159, 768, 2048), (600, 256, 1024)])
+def test_linear_split_sums_read_by_the_gelu(
+    rng: np.random.Generator, rows: int, d_in: int, d_out: int
+) -> None:
+    """ALBERT's ffn: a split linear's sums (split over blocks for the first two shapes, one
+    block's for the last) added up by the GELU after it, with the linear's bias: bit-equal to
+    the split linear's own sum kernel followed by the GELU."""
+    x = f32(rng.standard_normal((rows, d_in)))
+    w = f32(rng.standard_normal((d_out, d_in)) * 0.03)
+    b = f32(rng.standard_normal(d_out))
+    got = gpu.linear_gelu(x, w, b)
+    np.testing.assert_array_equal(got, gpu.gelu_new(gpu.linear(x, w, None, split=True), b))
+    check("linear_gelu vs float64", got, ref.gelu_new(ref.linear(f64(x), f64(w), f64(b))), 1e-5)
+
+
 # ------------------------------------------------------------- elementwise
 
 

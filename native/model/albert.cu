@@ -1,10 +1,12 @@
 // ALBERT (transformers.AlbertModel as kokoro's CustomAlbert uses it): word +
 // position + token-type-0 embeddings, LayerNorm, the 128 -> hidden mapping,
 // then ONE shared transformer layer applied bert_layers times. Time-major
-// [T, C] rows throughout; the residual adds ride on the GEMMs (beta = 1) and
-// the attention mask is empty (batch of one, every position valid). Query,
-// key and value come from ONE GEMM on the stacked "attention.qkv" weight
-// (DeviceWeights): [T, 3 * hid], read by the attention at row pitch 3 * hid.
+// [T, C] rows throughout; the residual adds ride on the GEMMs (beta = 1), the
+// biases on the LayerNorms and the GELU after them, the ffn's split sums
+// (fast) on the GELU (Context::linear_sums), and the attention mask is empty
+// (batch of one, every position valid). Query, key and value come from ONE GEMM on
+// the stacked "attention.qkv" weight (DeviceWeights): [T, 3 * hid], read by
+// the attention at row pitch 3 * hid.
 #include "kokoro/model.h"
 
 namespace kokoro {
@@ -58,8 +60,8 @@ void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out) {
         ops::layer_norm_rows(h, h, T, hid, attn_ln_w, attn_ln_b, nullptr, nullptr,
                              kAlbertLayerNormEps, ctx.stream, dense_b);
         // h = LayerNorm(h + ffn_output(gelu_new(ffn(h))))
-        ctx.linear(layer + ".ffn", h, ffn, T, hid, inter, 0.f, false);
-        ops::gelu_new(ffn, T, inter, ffn_b, ctx.stream);
+        ops::gelu_new(ctx.linear_sums(layer + ".ffn", h, ffn, T, hid, inter), ffn, T, inter, ffn_b,
+                      ctx.stream);
         ctx.linear(layer + ".ffn_output", ffn, h, T, inter, hid, 1.f, false);
         ops::layer_norm_rows(h, h, T, hid, full_ln_w, full_ln_b, nullptr, nullptr,
                              kAlbertLayerNormEps, ctx.stream, ffn_output_b);

@@ -679,6 +679,20 @@ void Context::linear(const std::string& prefix, const float* x, float* y, int ro
                 gemm_math());
 }
 
+ops::SplitSums Context::linear_sums(const std::string& prefix, const float* x, float* y,
+                                    int rows, int in, int out, float beta) const {
+    const std::string weight = prefix + ".weight";
+    if (!weights.has_split_linear(weight)) {
+        linear(prefix, x, y, rows, in, out, beta, false);
+        return y;
+    }
+    const DeviceWeights::SplitLinear w = weights.get_split_linear(weight, out, in);
+    __half* x_split = halves("ops.split_rows", 2 * int64_t(rows) * ops::split_pitch(in));
+    float* scratch = floats("ops.scratch", ops::linear_split_half_scratch_floats(rows, in, out));
+    return ops::linear_split_half_sums(x, x_split, w.w, w.scale, y, rows, in, out, scratch, stream,
+                                       beta);
+}
+
 void Context::lstm(const std::string& prefix, const float* x, float* out, int T) const {
     const DeviceWeights::Lstm l = weights.lstm(prefix);
     float* scratch = floats("ops.scratch", ops::lstm_scratch_floats(T, l.hidden));

@@ -51,8 +51,7 @@ struct LeakyRelu {
 
 // y = fn(x + bias[column]) on [n / cols, cols]; bias may be null (y = fn(x)).
 template <typename Fn>
-__global__ void map_kernel(const float* x, const float* bias, float* y, int64_t n, int cols,
-                           Fn fn) {
+__global__ void map_kernel(SplitSums x, const float* bias, float* y, int64_t n, int cols, Fn fn) {
     await_producers();
     release_dependents();
     const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -190,11 +189,12 @@ void embedding(const int32_t* ids, const float* table, float* out, int T, int di
     albert_embeddings(ids, table, nullptr, nullptr, out, T, dim, stream);
 }
 
-void gelu_new(float* x, int64_t rows, int cols, const float* bias, cudaStream_t stream) {
+void gelu_new(SplitSums x, float* y, int64_t rows, int cols, const float* bias,
+              cudaStream_t stream) {
     const int64_t n = rows * cols;
     if (n == 0) return;
     launch_dependent(map_kernel<GeluNew>, dim3(blocks_for(n)), dim3(kThreads), 0, stream,
-                     "map_kernel<GeluNew>", x, bias, x, n, cols, GeluNew{});
+                     "map_kernel<GeluNew>", x, bias, y, n, cols, GeluNew{});
 }
 
 void leaky_relu(const float* x, float* y, int64_t n, float slope, cudaStream_t stream) {

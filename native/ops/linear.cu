@@ -96,17 +96,13 @@ Plan plan(int rows, int in, int out) {
     return {(chunks + per - 1) / per, per};
 }
 
-// y = w_scale * (sum of the splits' partials, in split order) (+ beta * y) (+ b).
-__global__ void split_sum_kernel(const float* partial, int splits, const float* b, float* y,
-                                 int64_t n, int out, float w_scale, float beta) {
+// y = the split sums (SplitSums: in split order, times w_scale, + beta * y) (+ b).
+__global__ void split_sum_kernel(SplitSums sums, const float* b, float* y, int out) {
     await_producers();
     release_dependents();
     const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-    if (i >= n) return;
-    float sum = partial[i];
-    for (int z = 1; z < splits; ++z) sum += partial[z * n + i];
-    float v = sum * w_scale;
-    if (beta != 0.f) v += beta * y[i];
+    if (i >= sums.n) return;
+    float v = sums[i];
     if (b != nullptr) v += b[i % out];
     y[i] = v;
 }
@@ -292,10 +288,12 @@ int64_t linear_split_half_scratch_floats(int rows, int in, int out) {
     return p.splits > 1 ? int64_t(p.splits) * rows * out : 0;
 }
 
-void linear_split_half(const float* x, __half* x_split, const __half* w_split, float w_scale,
-                       const float* b, float* y, int rows, int in, int out, float* scratch,
-                       cudaStream_t stream, float beta) {
-    if (rows <= 0 || out <= 0) return;
+namespace {
+// split_rows + the split GEMM; the sums as the blocks left them (b: added by
+// the GEMM where the reduction is not split, else by whoever adds the sums).
+SplitSums split_gemm_sums(const float* x, __half* x_split, const __half* w_split, float w_scale,
+                          const float* b, float* y, int rows, int in, int out, float* scratch,
+                          cudaStream_t stream, float beta) {
     const int pitch = split_pitch(in);
     const int64_t n = int64_t(rows) * pitch;
     launch_dependent(split_rows_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, stream,
@@ -312,11 +310,29 @@ void linear_split_half(const float* x, __half* x_split, const __half* w_split, f
                      "linear_split_kernel",
                      Args{x_split, w_split, b, y, partial, w_scale, beta, rows, out, pitch,
                           p.chunks_per_split});
-    if (partial != nullptr) {
-        const int64_t ny = int64_t(rows) * out;
-        launch_dependent(split_sum_kernel, dim3(unsigned((ny + 255) / 256)), dim3(256), 0, stream,
-                         "split_sum_kernel", partial, p.splits, b, y, ny, out, w_scale, beta);
+    if (partial == nullptr) return SplitSums(y);
+    return SplitSums(partial, p.splits, int64_t(rows) * out, w_scale, y, beta);
+}
+}  // namespace
+
+void linear_split_half(const float* x, __half* x_split, const __half* w_split, float w_scale,
+                       const float* b, float* y, int rows, int in, int out, float* scratch,
+                       cudaStream_t stream, float beta) {
+    if (rows <= 0 || out <= 0) return;
+    const SplitSums sums = split_gemm_sums(x, x_split, w_split, w_scale, b, y, rows, in, out,
+                                           scratch, stream, beta);
+    if (sums.partial != nullptr) {
+        launch_dependent(split_gemm::split_sum_kernel, dim3(unsigned((sums.n + 255) / 256)),
+                         dim3(256), 0, stream, "split_sum_kernel", sums, b, y, out);
     }
+}
+
+SplitSums linear_split_half_sums(const float* x, __half* x_split, const __half* w_split,
+                                 float w_scale, float* y, int rows, int in, int out,
+                                 float* scratch, cudaStream_t stream, float beta) {
+    if (rows <= 0 || out <= 0) return SplitSums(y);
+    return split_gemm_sums(x, x_split, w_split, w_scale, nullptr, y, rows, in, out, scratch,
+                           stream, beta);
 }
 
 }  // namespace kokoro::ops

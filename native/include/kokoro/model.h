@@ -381,6 +381,11 @@ struct Context {
     // with_bias false leaves b out (the caller fuses it into the next op).
     void linear(const std::string& prefix, const float* x, float* y, int rows, int in, int out,
                 float beta = 0.f, bool with_bias = true) const;
+    // The same without its bias, the split linear's sums (fast) left to the
+    // op that reads the returned SplitSums (nothing else may take "ops.scratch"
+    // before it); other weights' GEMMs write y.
+    ops::SplitSums linear_sums(const std::string& prefix, const float* x, float* y, int rows,
+                               int in, int out, float beta = 0.f) const;
     // Bidirectional LSTM `prefix`: x [T, In] -> out [T, 2H].
     void lstm(const std::string& prefix, const float* x, float* out, int T) const;
 };

@@ -85,6 +85,37 @@ void linear_split_half(const float* x, __half* x_split, const __half* w_split, f
                        const float* b, float* y, int rows, int in, int out, float* scratch,
                        cudaStream_t stream, float beta = 0.f);
 int64_t linear_split_half_scratch_floats(int rows, int in, int out);
+// A split linear's output as its blocks left it, for the op that reads it to
+// add up (one kernel fewer in a serial chain: ALBERT's GELU):
+// value i = (partial[0][i] + partial[1][i] + ...) * w_scale + beta * y[i],
+// as linear_split_half's own sum kernel forms it. From a pointer: that
+// tensor (partial null).
+struct SplitSums {
+    const float* partial = nullptr;  // [splits, n]; null: y holds the values
+    const float* y = nullptr;
+    int64_t n = 0;
+    int splits = 1;
+    float w_scale = 1.f;
+    float beta = 0.f;
+    SplitSums(const float* x) : y(x) {}  // NOLINT(google-explicit-constructor)
+    SplitSums(const float* partial_, int splits_, int64_t n_, float w_scale_, const float* y_,
+              float beta_)
+        : partial(partial_), y(y_), n(n_), splits(splits_), w_scale(w_scale_), beta(beta_) {}
+    __host__ __device__ float operator[](int64_t i) const {
+        if (partial == nullptr) return y[i];
+        float sum = partial[i];
+        for (int z = 1; z < splits; ++z) sum += partial[z * n + i];
+        float v = sum * w_scale;
+        if (beta != 0.f) v += beta * y[i];
+        return v;
+    }
+};
+// linear_split_half without a bias, its split sums left to the reader:
+// returns them (y: beta's term, or the values where the reduction was not
+// split). The scratch must stay untouched until the reader has run.
+SplitSums linear_split_half_sums(const float* x, __half* x_split, const __half* w_split,
+                                 float w_scale, float* y, int rows, int in, int out,
+                                 float* scratch, cudaStream_t stream, float beta = 0.f);
 
 // ------------------------------------------------------------ elementwise.cu
 // out[t, :] = table[ids[t], :] for t < T.
@@ -93,9 +124,11 @@ void embedding(const int32_t* ids, const float* table, float* out, int T, int di
 // out[t, :] = word[ids[t]] + pos[t] + type0, for ALBERT's embeddings.
 void albert_embeddings(const int32_t* ids, const float* word, const float* pos,
                        const float* type0, float* out, int T, int dim, cudaStream_t stream);
-// In place on x [rows, cols], tanh form of GELU (HF "gelu_new") of x + bias
-// (bias [cols], may be null: the producing linear layer's, fused here).
-void gelu_new(float* x, int64_t rows, int cols, const float* bias, cudaStream_t stream);
+// y [rows, cols] = tanh form of GELU (HF "gelu_new") of x + bias (bias
+// [cols], may be null: the producing linear layer's, fused here); y may be
+// x's tensor.
+void gelu_new(SplitSums x, float* y, int64_t rows, int cols, const float* bias,
+              cudaStream_t stream);
 // y = x >= 0 ? x : slope * x (y may equal x).
 void leaky_relu(const float* x, float* y, int64_t n, float slope, cudaStream_t stream);
 // out = (a + b) * scale (out may equal a or b).
