@@ -411,26 +411,20 @@ py::array_t<float> adain(const FloatArray& x, const FloatArray& style, const std
 }
 
 // x [C, T] as half rows [T, half_rows_pitch(C)] ([2, T, ld] when split),
-// downloaded as float32; with `plus` (up to two more [C, T] tensors) and
-// `scale`, of the ScaledSum ((x + plus[0]) + plus[1]) * scale; through
-// LeakyReLU(leaky_slope) where it is not 1.
-py::array_t<float> to_half_rows(const FloatArray& x, bool split,
-                                const std::vector<FloatArray>& plus, float scale,
-                                float leaky_slope) {
+// downloaded as float32; with `plus` (a second [C, T] tensor) and `scale`,
+// of the ScaledSum (x + plus) * scale; through LeakyReLU(leaky_slope) where
+// it is not 1.
+py::array_t<float> to_half_rows(const FloatArray& x, bool split, const OptionalFloat& plus,
+                                float scale, float leaky_slope) {
     require_ndim(x, 2, "x");
-    require(plus.size() <= 2, "to_half_rows: at most two more terms");
     const int C = dim(x, 0), T = dim(x, 1), ld = ops::half_rows_pitch(C);
-    std::vector<DFloat> terms;
-    terms.push_back(DFloat::from(x));
-    for (const FloatArray& p : plus) {
-        require(p.ndim() == 2 && dim(p, 0) == C && dim(p, 1) == T,
-                "to_half_rows: every term must have x's shape");
-        terms.push_back(DFloat::from(p));
-    }
-    auto term = [&](size_t i) { return i < terms.size() ? terms[i].get() : nullptr; };
+    require(!plus || (plus->ndim() == 2 && dim(*plus, 0) == C && dim(*plus, 1) == T),
+            "to_half_rows: plus must have x's shape");
+    DFloat dx = DFloat::from(x);
+    OptionalDevice dplus(plus);
     const ops::HalfOperands form = half_form(split);
     auto rows = DeviceArray<__half>::poisoned(int64_t(ops::half_parts(form)) * T * ld);
-    ops::to_half_rows(ops::ScaledSum(term(0), term(1), term(2), scale), rows.get(), C, T, form,
+    ops::to_half_rows(ops::ScaledSum(dx.get(), dplus.get(), scale), rows.get(), C, T, form,
                       stream(), leaky_slope);
     return download_half_rows(rows, T, ld, form);
 }
@@ -777,8 +771,8 @@ void register_ops(py::module_& m) {
     o.def("adain", &adain, "x"_a, "style"_a, "act"_a = "none", "slope"_a = 0.2f,
           "alpha"_a = py::none(), "in_place"_a = false, "half_rows"_a = false, "split"_a = false,
           "partials"_a = py::none());
-    o.def("to_half_rows", &to_half_rows, "x"_a, "split"_a = false,
-          "plus"_a = std::vector<FloatArray>(), "scale"_a = 1.f, "leaky_slope"_a = 1.f);
+    o.def("to_half_rows", &to_half_rows, "x"_a, "split"_a = false, "plus"_a = py::none(),
+          "scale"_a = 1.f, "leaky_slope"_a = 1.f);
     o.def("conv1d", &conv1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1, "pad"_a = 0,
           "dilation"_a = 1, "groups"_a = 1, "residual"_a = py::none(),
           "residual_in_place"_a = false, "math"_a = "fp32");

@@ -205,11 +205,12 @@ void generator_forward(const Context& ctx, const Context& side,
         float* branch = ctx.floats("generator.branch", n);
         float* mean = ctx.floats("generator.mean", n);
 
-        // Mean of the stage's residual blocks, formed by its reader (the next
-        // upsampler's or conv_post's half rows) as ((out0 + out1) + out2) / 3,
-        // in block order either way (the same bits sequential or concurrent):
-        // concurrent blocks write a buffer each; sequential ones two, the
-        // middle blocks' outputs added into the first's.
+        // Mean of the stage's residual blocks, ((out0 + out1) + out2) / 3 in
+        // block order either way (the same bits sequential or concurrent),
+        // its last sum formed by its reader (the next upsampler's or
+        // conv_post's half rows): concurrent blocks write a buffer each;
+        // sequential ones two, the middle blocks' outputs added into the
+        // first's.
         const bool concurrent =
             ctx.fast && n_kernels <= kResblockStreams + 1 &&
             n <= (last ? kConcurrentLastStageValues : kConcurrentResblockValues);
@@ -231,11 +232,17 @@ void generator_forward(const Context& ctx, const Context& side,
                 ops::add_scaled(mean, branch, mean, n, 1.f, ctx.stream);
             }
         }
+        // Concurrent: blocks 0 and 1 (the shorter kernels) are added on block
+        // 1's stream while block 2 still runs; the reader adds block 2.
+        static_assert(kResblockStreams == 2, "the reader adds two terms");
+        if (concurrent && n_kernels == 3) {
+            resblocks[0].wait_for(ctx);  // block 0
+            ops::add_scaled(outs[0], outs[1], outs[1], n, 1.f, resblocks[0].stream);
+            outs.erase(outs.begin());
+        }
         for (int j = 1; concurrent && j < n_kernels; ++j) ctx.wait_for(resblocks[j - 1]);
-        static_assert(kResblockStreams + 1 <= 3, "a stage mean has at most three terms");
-        const size_t terms = concurrent ? outs.size() : std::min<size_t>(outs.size(), 2);
+        const size_t terms = std::min<size_t>(outs.size(), 2);
         stage_x = ops::ScaledSum(outs[0], terms > 1 ? outs[1] : nullptr,
-                                 terms > 2 ? outs[2] : nullptr,
                                  1.f / static_cast<float>(n_kernels));
         ctx.mark("generator stage " + idx);
     }
