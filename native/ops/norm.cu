@@ -265,20 +265,26 @@ __global__ void adain_fused_kernel(AdainArgs a) {
 }
 
 // Long rows, pass 1: block (part, c) writes {count, sum, m2} of its piece to
-// partials[(c * parts + part) * 3].
-__global__ void adain_stats_kernel(AdainArgs a, double* partials) {
+// partials[(c * parts + part) * 3]. With `apply` (rows of one part: the
+// half-rows AdaIN), the channel's ChannelApply instead, from its one partial
+// as adain_finalize_kernel would combine it: one kernel fewer.
+__global__ void adain_stats_kernel(AdainArgs a, double* partials, ChannelApply* apply) {
     await_producers();
     __shared__ double scratch[kAdainThreads / 32];
     const int c = blockIdx.y, part = blockIdx.x;
     const float* xr = a.x + int64_t(c) * a.T;
     const Piece p(xr, a.T, part, gridDim.x);
     const double2 s = piece_stats(xr, p, scratch);
-    if (threadIdx.x == 0) {
-        double* out = partials + (int64_t(c) * gridDim.x + part) * kPartialDoubles;
-        out[0] = p.count();
-        out[1] = s.x;
-        out[2] = s.y;
+    if (threadIdx.x != 0) return;
+    if (apply != nullptr) {
+        const double n = p.count(), mean = s.x / a.T, d = s.x - n * mean;
+        apply[c] = ChannelApply(a, c, mean, (s.y + d * d / n) / a.T);
+        return;
     }
+    double* out = partials + (int64_t(c) * gridDim.x + part) * kPartialDoubles;
+    out[0] = p.count();
+    out[1] = s.x;
+    out[2] = s.y;
 }
 
 // Pass 2's statistics of channel c, by the whole block: thread i takes
@@ -391,7 +397,8 @@ void adain(const float* x, float* y, int C, int T, const float* style, Activatio
         return;
     }
     launch_dependent(adain_stats_kernel, dim3(unsigned(parts), unsigned(C)), dim3(kAdainThreads), 0,
-                     stream, "adain_stats_kernel", args, scratch);
+                     stream, "adain_stats_kernel", args, scratch,
+                     static_cast<ChannelApply*>(nullptr));
     const int tiles = std::max(1, (T / 4 + kApplyVecs - 1) / kApplyVecs);
     launch_dependent(adain_apply_kernel, dim3(unsigned(tiles), unsigned(C)), dim3(kAdainThreads), 0,
                      stream, "adain_apply_kernel", args, scratch, parts);
@@ -405,14 +412,19 @@ void adain_half_rows(const float* x, __half* y, int C, int T, const float* style
     const AdainArgs args{x, nullptr, C, T, style, act, act_slope, alpha, false, approx_sine};
     const int own_parts = stats_parts(T);
     const ChannelPartials stats = given.parts > 0 ? given : ChannelPartials{scratch, own_parts};
-    if (given.parts == 0) {
-        launch_dependent(adain_stats_kernel, dim3(unsigned(own_parts), unsigned(C)),
-                         dim3(kAdainThreads), 0, stream, "adain_stats_kernel", args, scratch);
-    }
     auto* apply =
         reinterpret_cast<ChannelApply*>(scratch + apply_offset_doubles(C, own_parts));
-    launch_dependent(adain_finalize_kernel, dim3(unsigned(C)), dim3(kAdainThreads), 0, stream,
-                     "adain_finalize_kernel", args, stats.data, stats.parts, apply);
+    // Rows of one part: the statistics kernel writes the ChannelApply too.
+    const bool finalized = given.parts == 0 && own_parts == 1;
+    if (given.parts == 0) {
+        launch_dependent(adain_stats_kernel, dim3(unsigned(own_parts), unsigned(C)),
+                         dim3(kAdainThreads), 0, stream, "adain_stats_kernel", args, scratch,
+                         finalized ? apply : nullptr);
+    }
+    if (!finalized) {
+        launch_dependent(adain_finalize_kernel, dim3(unsigned(C)), dim3(kAdainThreads), 0, stream,
+                         "adain_finalize_kernel", args, stats.data, stats.parts, apply);
+    }
     __half* y_lo = form == HalfOperands::kSplit ? y + int64_t(T) * half_rows_pitch(C) : nullptr;
     launch_dependent(adain_half_rows_kernel, half_rows_grid(C, T), dim3(kHalfRowsThreads), 0,
                      stream, "adain_half_rows_kernel", args, apply, y, y_lo);
