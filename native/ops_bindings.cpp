@@ -210,24 +210,36 @@ py::array_t<float> linear(const FloatArray& x, const FloatArray& w, const Option
     return y.download({rows, out});
 }
 
-// ALBERT's fusion: the split linear (x @ w^T, split operands) with its split
-// sums added by the gelu_new (of it + b) after it.
-py::array_t<float> linear_gelu(const FloatArray& x, const FloatArray& w, const FloatArray& b) {
+// ALBERT's ffn as the fast engine runs it: the split linear (w1, b1) whose
+// split sums the GELU adds, the GELU writing the split operand of the
+// second split linear (w2, no bias) itself.
+py::array_t<float> albert_ffn(const FloatArray& x, const FloatArray& w1, const FloatArray& b1,
+                              const FloatArray& w2) {
     require_ndim(x, 2, "x");
-    require_ndim(w, 2, "w");
-    const int rows = dim(x, 0), in = dim(x, 1), out = dim(w, 0);
-    require(dim(w, 1) == in && dim(b, 0) == out, "linear_gelu: w, b do not match x");
-    DFloat dx = DFloat::from(x), db = DFloat::from(b);
+    require_ndim(w1, 2, "w1");
+    require_ndim(w2, 2, "w2");
+    const int rows = dim(x, 0), in = dim(x, 1), inter = dim(w1, 0), out = dim(w2, 0);
+    require(dim(w1, 1) == in && dim(b1, 0) == inter && dim(w2, 1) == inter,
+            "albert_ffn: w1, b1, w2 do not match x");
+    auto split_weight = [](const FloatArray& w, float& scale) {
+        std::vector<__half> host(size_t(2) * dim(w, 0) * ops::split_pitch(dim(w, 1)));
+        scale = ops::linear_weight_to_split_half(w.data(), host.data(), dim(w, 0), dim(w, 1));
+        return upload_halves(host);
+    };
+    float scale1 = 1.f, scale2 = 1.f;
+    const DeviceArray<__half> dw1 = split_weight(w1, scale1), dw2 = split_weight(w2, scale2);
+    DFloat dx = DFloat::from(x), db1 = DFloat::from(b1);
+    DFloat hidden = DFloat::poisoned(int64_t(rows) * inter);
     DFloat y = DFloat::poisoned(int64_t(rows) * out);
-    const int pitch = ops::split_pitch(in);
-    std::vector<__half> host(size_t(2) * out * pitch);
-    const float scale = ops::linear_weight_to_split_half(w.data(), host.data(), out, in);
-    const DeviceArray<__half> dw = upload_halves(host);
-    DeviceArray<__half> x_split(2 * int64_t(rows) * pitch);
-    DFloat scratch(ops::linear_split_half_scratch_floats(rows, in, out));
-    const ops::SplitSums sums = ops::linear_split_half_sums(
-        dx.get(), x_split.get(), dw.get(), scale, y.get(), rows, in, out, scratch.get(), stream());
-    ops::gelu_new(sums, y.get(), rows, out, db.get(), stream());
+    DeviceArray<__half> x_split(2 * int64_t(rows) * ops::split_pitch(std::max(in, inter)));
+    DFloat scratch(std::max(ops::linear_split_half_scratch_floats(rows, in, inter),
+                            ops::linear_split_half_scratch_floats(rows, inter, out)));
+    const ops::SplitSums sums =
+        ops::linear_split_half_sums(dx.get(), x_split.get(), dw1.get(), scale1, hidden.get(),
+                                    rows, in, inter, scratch.get(), stream());
+    ops::gelu_new_split(sums, x_split.get(), rows, inter, db1.get(), stream());
+    ops::linear_split_half(nullptr, x_split.get(), dw2.get(), scale2, nullptr, y.get(), rows,
+                           inter, out, scratch.get(), stream());
     return y.download({rows, out});
 }
 
@@ -754,7 +766,7 @@ void register_ops(py::module_& m) {
     o.def("albert_embeddings", &albert_embeddings, "ids"_a, "word"_a, "pos"_a = py::none(),
           "type0"_a = py::none());
     o.def("gelu_new", &gelu_new, "x"_a, "bias"_a = py::none());
-    o.def("linear_gelu", &linear_gelu, "x"_a, "w"_a, "b"_a);
+    o.def("albert_ffn", &albert_ffn, "x"_a, "w1"_a, "b1"_a, "w2"_a);
     o.def("leaky_relu", &leaky_relu, "x"_a, "slope"_a, "in_place"_a = false);
     o.def("add_scaled", &add_scaled, "a"_a, "b"_a, "scale"_a);
     o.def("copy_rows", &copy_rows, "src"_a, "src_col"_a, "dst"_a, "dst_col"_a, "cols"_a);

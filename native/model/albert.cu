@@ -50,6 +50,7 @@ void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out) {
     const float* ffn_b = ctx.w(layer + ".ffn.bias", inter);
     const float* ffn_output_b = ctx.w(layer + ".ffn_output.bias", hid);
     const int head_dim = hid / cfg.bert_heads;
+    const bool split_ffn_output = ctx.weights.has_split_linear(layer + ".ffn_output.weight");
 
     for (int i = 0; i < cfg.bert_layers; ++i) {
         ctx.linear(layer + ".attention.qkv", h, qkv, T, hid, 3 * hid);
@@ -59,10 +60,16 @@ void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out) {
         ctx.linear(layer + ".attention.dense", attended, h, T, hid, hid, 1.f, false);
         ops::layer_norm_rows(h, h, T, hid, attn_ln_w, attn_ln_b, nullptr, nullptr,
                              kAlbertLayerNormEps, ctx.stream, dense_b);
-        // h = LayerNorm(h + ffn_output(gelu_new(ffn(h))))
-        ops::gelu_new(ctx.linear_sums(layer + ".ffn", h, ffn, T, hid, inter), ffn, T, inter, ffn_b,
-                      ctx.stream);
-        ctx.linear(layer + ".ffn_output", ffn, h, T, inter, hid, 1.f, false);
+        // h = LayerNorm(h + ffn_output(gelu_new(ffn(h)))); where ffn_output
+        // is a split linear (fast), the GELU writes its split operand.
+        const ops::SplitSums ffn_sums = ctx.linear_sums(layer + ".ffn", h, ffn, T, hid, inter);
+        if (split_ffn_output) {
+            ops::gelu_new_split(ffn_sums, ctx.split_input(T, inter), T, inter, ffn_b, ctx.stream);
+        } else {
+            ops::gelu_new(ffn_sums, ffn, T, inter, ffn_b, ctx.stream);
+        }
+        ctx.linear(layer + ".ffn_output", split_ffn_output ? nullptr : ffn, h, T, inter, hid, 1.f,
+                   false);
         ops::layer_norm_rows(h, h, T, hid, full_ln_w, full_ln_b, nullptr, nullptr,
                              kAlbertLayerNormEps, ctx.stream, ffn_output_b);
     }

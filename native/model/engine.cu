@@ -668,13 +668,13 @@ void Context::linear(const std::string& prefix, const float* x, float* y, int ro
     const float* b = with_bias ? weights.get(prefix + ".bias", out) : nullptr;
     if (weights.has_split_linear(weight)) {
         const DeviceWeights::SplitLinear w = weights.get_split_linear(weight, out, in);
-        __half* x_split = halves("ops.split_rows", 2 * int64_t(rows) * ops::split_pitch(in));
         float* scratch =
             floats("ops.scratch", ops::linear_split_half_scratch_floats(rows, in, out));
-        ops::linear_split_half(x, x_split, w.w, w.scale, b, y, rows, in, out, scratch, stream,
-                               beta);
+        ops::linear_split_half(x, split_input(rows, in), w.w, w.scale, b, y, rows, in, out,
+                               scratch, stream, beta);
         return;
     }
+    if (x == nullptr) throw std::logic_error(prefix + ": a split input needs its split weight");
     ops::linear(blas, x, weights.get(weight, int64_t(out) * in), b, y, rows, in, out, stream, beta,
                 gemm_math());
 }
@@ -687,10 +687,9 @@ ops::SplitSums Context::linear_sums(const std::string& prefix, const float* x, f
         return y;
     }
     const DeviceWeights::SplitLinear w = weights.get_split_linear(weight, out, in);
-    __half* x_split = halves("ops.split_rows", 2 * int64_t(rows) * ops::split_pitch(in));
     float* scratch = floats("ops.scratch", ops::linear_split_half_scratch_floats(rows, in, out));
-    return ops::linear_split_half_sums(x, x_split, w.w, w.scale, y, rows, in, out, scratch, stream,
-                                       beta);
+    return ops::linear_split_half_sums(x, split_input(rows, in), w.w, w.scale, y, rows, in, out,
+                                       scratch, stream, beta);
 }
 
 void Context::lstm(const std::string& prefix, const float* x, float* out, int T) const {

@@ -58,6 +58,20 @@ __global__ void map_kernel(SplitSums x, const float* bias, float* y, int64_t n, 
     if (i < n) y[i] = fn(bias != nullptr ? x[i] + bias[i % cols] : x[i]);
 }
 
+// y_split [2, rows, pitch] = the split FP16 parts (hi, then lo) of
+// gelu_new(x + bias) on [rows, cols], zero past cols.
+__global__ void gelu_split_kernel(SplitSums x, const float* bias, __half* y_split, int64_t rows,
+                                  int cols, int pitch) {
+    await_producers();
+    release_dependents();
+    const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, n = rows * pitch;
+    if (i >= n) return;
+    const int c = int(i % pitch);
+    const int64_t at = i / pitch * cols + c;
+    const float v = c < cols ? GeluNew{}(bias != nullptr ? x[at] + bias[c] : x[at]) : 0.f;
+    split_half(v, y_split[i], y_split[n + i]);
+}
+
 __global__ void add_scaled_kernel(const float* a, const float* b, float* out, int64_t n,
                                   float scale) {
     await_producers();
@@ -195,6 +209,15 @@ void gelu_new(SplitSums x, float* y, int64_t rows, int cols, const float* bias,
     if (n == 0) return;
     launch_dependent(map_kernel<GeluNew>, dim3(blocks_for(n)), dim3(kThreads), 0, stream,
                      "map_kernel<GeluNew>", x, bias, y, n, cols, GeluNew{});
+}
+
+void gelu_new_split(SplitSums x, __half* y_split, int64_t rows, int cols, const float* bias,
+                    cudaStream_t stream) {
+    const int pitch = split_pitch(cols);
+    const int64_t n = rows * pitch;
+    if (n == 0) return;
+    launch_dependent(gelu_split_kernel, dim3(blocks_for(n)), dim3(kThreads), 0, stream,
+                     "gelu_split_kernel", x, bias, y_split, rows, cols, pitch);
 }
 
 void leaky_relu(const float* x, float* y, int64_t n, float slope, cudaStream_t stream) {

@@ -28,6 +28,7 @@
 #include <cuda_fp16.h>
 
 #include "kokoro/check.h"
+#include "kokoro/half_rows.cuh"
 #include "kokoro/launch.cuh"
 #include "kokoro/mma.cuh"
 #include "kokoro/ops.h"
@@ -50,10 +51,7 @@ __global__ void split_rows_kernel(const float* x, __half* x_split, int rows, int
     const int64_t n = int64_t(rows) * pitch;
     if (i >= n) return;
     const int k = int(i % pitch);
-    const float v = k < in ? x[i / pitch * in + k] : 0.f;
-    const __half hi = __float2half_rn(v);
-    x_split[i] = hi;
-    x_split[n + i] = __float2half_rn(v - __half2float(hi));
+    split_half(k < in ? x[i / pitch * in + k] : 0.f, x_split[i], x_split[n + i]);
 }
 
 namespace split_gemm {
@@ -296,8 +294,10 @@ SplitSums split_gemm_sums(const float* x, __half* x_split, const __half* w_split
                           cudaStream_t stream, float beta) {
     const int pitch = split_pitch(in);
     const int64_t n = int64_t(rows) * pitch;
-    launch_dependent(split_rows_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, stream,
-                     "split_rows_kernel", x, x_split, rows, in, pitch);
+    if (x != nullptr) {
+        launch_dependent(split_rows_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0,
+                         stream, "split_rows_kernel", x, x_split, rows, in, pitch);
+    }
     using namespace split_gemm;
     const Plan p = plan(rows, in, out);
     float* partial = p.splits > 1 ? scratch : nullptr;

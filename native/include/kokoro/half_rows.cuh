@@ -31,6 +31,13 @@ inline dim3 half_rows_grid(int C, int T) {
                 unsigned((ops::half_rows_pitch(C) + kHalfRowsTileC - 1) / kHalfRowsTileC));
 }
 
+// v as split FP16 operands (ops::HalfOperands::kSplit): hi = fp16(v), lo =
+// fp16(v - hi).
+__device__ inline void split_half(float v, __half& hi, __half& lo) {
+    hi = __float2half_rn(v);
+    lo = __float2half_rn(v - __half2float(hi));
+}
+
 template <typename Source, typename Fn>
 __device__ void write_half_rows(const Source& x, __half* y, __half* y_lo, int C, int T, Fn fn) {
     constexpr int kWarps = kHalfRowsThreads / 32;

@@ -379,8 +379,14 @@ struct Context {
                ops::Activation act, float slope, const float* alpha) const;
     // Linear on rows: y [rows, out] = x [rows, in] @ W^T + b (+ beta * y);
     // with_bias false leaves b out (the caller fuses it into the next op).
+    // x null: the input is in split_input(rows, in) already (a split linear's).
     void linear(const std::string& prefix, const float* x, float* y, int rows, int in, int out,
                 float beta = 0.f, bool with_bias = true) const;
+    // The split FP16 operand buffer of the split linears (workspace slot
+    // "ops.split_rows"): where an op writes a split linear's input itself.
+    __half* split_input(int rows, int in) const {
+        return halves("ops.split_rows", 2 * int64_t(rows) * ops::split_pitch(in));
+    }
     // The same without its bias, the split linear's sums (fast) left to the
     // op that reads the returned SplitSums (nothing else may take "ops.scratch"
     // before it); other weights' GEMMs write y.

@@ -77,7 +77,8 @@ inline int split_pitch(int in) { return kSplitChunk * ((in + kSplitChunk - 1) / 
 float linear_weight_to_split_half(const float* w, __half* dst, int out, int in);
 // y[rows, out] = (x[rows, in] @ w^T) * w_scale (+ beta * y) (+ b[out]), w as
 // linear_weight_to_split_half stores it; x_split: 2 * rows *
-// split_pitch(in) FP16 scratch for x's parts; scratch:
+// split_pitch(in) FP16 scratch for x's parts (x null: x_split holds them
+// already, as gelu_new_split writes them); scratch:
 // linear_split_half_scratch_floats(...) floats (the partial sums where the
 // reduction is split over blocks; 0: may be null). |x| must stay within
 // FP16's range. y may not alias x.
@@ -129,6 +130,11 @@ void albert_embeddings(const int32_t* ids, const float* word, const float* pos,
 // x's tensor.
 void gelu_new(SplitSums x, float* y, int64_t rows, int cols, const float* bias,
               cudaStream_t stream);
+// The same written as the split FP16 operand of the linear that reads it
+// (y_split [2, rows, split_pitch(cols)], as linear_split_half's x_split):
+// no fp32 tensor, no split pass.
+void gelu_new_split(SplitSums x, __half* y_split, int64_t rows, int cols, const float* bias,
+                    cudaStream_t stream);
 // y = x >= 0 ? x : slope * x (y may equal x).
 void leaky_relu(const float* x, float* y, int64_t n, float slope, cudaStream_t stream);
 // out = (a + b) * scale (out may equal a or b).
