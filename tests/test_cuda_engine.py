@@ -169,6 +169,17 @@ def test_audio_arrays_keep_their_samples(config: ModelConfig, gpu: CUDABackend) 
     assert again.tobytes() == kept.tobytes()
 
 
+def test_audio_past_the_page_locked_bound(config: ModelConfig, gpu: CUDABackend) -> None:
+    """Results that stay alive beyond the pool's 256 MB of page-locked blocks get ordinary
+    memory (so that user arrays never pin unbounded host memory): the same samples either way."""
+    ids, ref_s = random_inputs(config, 500, seed=10)
+    first, _ = gpu.forward(ids, ref_s, 0.5, deterministic=True, seed=None)
+    held = [first]
+    while sum(a.nbytes for a in held) <= 300 * 2**20:
+        held.append(gpu.forward(ids, ref_s, 0.5, deterministic=True, seed=None)[0])
+    assert all(a.tobytes() == first.tobytes() for a in held[1:])
+
+
 def test_seeded_stochastic_mode_repeats(config: ModelConfig, gpu: CUDABackend) -> None:
     ids, ref_s = random_inputs(config, 30, seed=4)
     a, _ = gpu.forward(ids, ref_s, 1.0, deterministic=False, seed=1234)

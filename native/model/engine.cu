@@ -15,10 +15,10 @@
 //   both), into a second arena, with ALBERT's split linears (fast).
 // - Workspace: named buffers reused across calls; a buffer grows only when a
 //   longer input needs more (the old one is freed after the lane drains).
-// - Lane: four streams with their events (main and side with cuBLAS handles,
-//   the side one at the lowest priority, the others at the highest; two for
-//   the generator's concurrent residual blocks), a workspace and the graph
-//   caches. A forward pass has two phases around the one mid-pass
+// - Lane: four streams with their events and cuBLAS handles (main, side at
+//   the lowest priority, the others at the highest; two for the
+//   AdainResBlk1d shortcuts and the generator's concurrent residual
+//   blocks), a workspace and the graph caches. A forward pass has two phases around the one mid-pass
 //   read-back (the durations size the frame axis):
 //     tokens: [text encoder on the side stream] || style projections, ALBERT,
 //             bert_encoder, duration encoder, duration head -> logits;
@@ -810,9 +810,8 @@ private:
     float* style_out_[2] = {nullptr, nullptr};  // fc(s) of each style bank
     bool timing_ = false;
     PhaseMarks marks_;
-    // The audio's way to the host: page-locked, so the copy runs at the
-    // link's speed (a pageable copy of 30 s of audio took ~0.5 ms), grown
-    // as needed.
+    // The audio's way to the host: page-locked blocks that the results keep
+    // (PinnedPool, shared by the engine's lanes).
     std::shared_ptr<PinnedPool> audio_pool_;
 };
 
@@ -1055,6 +1054,10 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
 // ----------------------------------------------------------------- PinnedPool
 
 void PinnedPool::Return::operator()(float* block) const noexcept {
+    if (pool == nullptr) {
+        delete[] block;
+        return;
+    }
     pool->give_back(block, capacity);
 }
 
@@ -1063,6 +1066,7 @@ PinnedPool::~PinnedPool() {
 }
 
 PinnedPool::Block PinnedPool::take(int64_t floats) {
+    const int64_t capacity = std::max<int64_t>(floats, 1);
     {
         const std::lock_guard<std::mutex> lock(mutex_);
         auto best = free_.end();
@@ -1070,21 +1074,32 @@ PinnedPool::Block PinnedPool::take(int64_t floats) {
             if (it->first >= floats && (best == free_.end() || it->first < best->first)) best = it;
         }
         if (best != free_.end()) {
-            const auto [capacity, block] = *best;
+            const auto [size, block] = *best;
             free_.erase(best);
-            free_bytes_ -= capacity * int64_t(sizeof(float));
-            return Block(block, Return{shared_from_this(), capacity});
+            free_bytes_ -= size * int64_t(sizeof(float));
+            live_bytes_ += size * int64_t(sizeof(float));
+            return Block(block, Return{shared_from_this(), size});
         }
+        if (live_bytes_ + capacity * int64_t(sizeof(float)) > kLiveBytes) {
+            return Block(new float[size_t(capacity)], Return{nullptr, capacity});
+        }
+        live_bytes_ += capacity * int64_t(sizeof(float));
     }
-    const int64_t capacity = std::max<int64_t>(floats, 1);
-    float* block = static_cast<float*>(pinned_alloc(sizeof(float) * capacity, "the audio"));
-    return Block(block, Return{shared_from_this(), capacity});
+    try {
+        float* block = static_cast<float*>(pinned_alloc(sizeof(float) * capacity, "the audio"));
+        return Block(block, Return{shared_from_this(), capacity});
+    } catch (...) {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        live_bytes_ -= capacity * int64_t(sizeof(float));
+        throw;
+    }
 }
 
 void PinnedPool::give_back(float* block, int64_t capacity) noexcept {
     std::vector<float*> freed;
     {
         const std::lock_guard<std::mutex> lock(mutex_);
+        live_bytes_ -= capacity * int64_t(sizeof(float));
         free_.emplace_back(capacity, block);
         free_bytes_ += capacity * int64_t(sizeof(float));
         std::sort(free_.begin(), free_.end());

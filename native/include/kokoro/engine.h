@@ -2,7 +2,7 @@
 // uploads the folded weights once; forward() runs the whole model for one
 // utterance, reading back only the durations (to size the frame axis) and
 // the audio; forward_batch() runs many utterances on several lanes at once.
-// A lane is what one utterance in flight needs: two streams (the model's
+// A lane is what one utterance in flight needs: four streams (the model's
 // independent branches run concurrently), their cuBLAS handles, a
 // workspace, and two bounded LRU caches of CUDA graphs, one for the part
 // before the durations read (keyed by the token count) and one for the part
@@ -34,12 +34,16 @@ public:
 // copies the audio straight into a block that the result then owns (where a
 // pageable destination took a second copy on the host, ~60 us per MB with
 // its first-touch page faults), and the block comes back when the result's
-// last holder (the NumPy array) lets go. Free blocks are kept up to
-// kKeepBytes in all (the largest go first beyond it); thread-safe.
+// last holder (the NumPy array) lets go. Bounded, since user arrays would
+// otherwise pin host memory for as long as they live: blocks in use up to
+// kLiveBytes (beyond it a result gets ordinary memory, and a slower copy),
+// free ones kept up to kKeepBytes (the largest go first). Thread-safe.
 class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
 public:
+    static constexpr int64_t kLiveBytes = int64_t(256) << 20;
     static constexpr int64_t kKeepBytes = int64_t(256) << 20;
-    // Returns its block to the pool that made it.
+    // Returns its block to the pool that made it (pool null: ordinary
+    // memory, deleted).
     struct Return {
         std::shared_ptr<PinnedPool> pool;
         int64_t capacity = 0;  // floats
@@ -49,14 +53,15 @@ public:
 
     ~PinnedPool();
     // A block of at least `floats` floats: the smallest free one that fits,
-    // else a new one.
+    // else a new one; ordinary memory where the blocks in use would pass
+    // kLiveBytes.
     Block take(int64_t floats);
 
 private:
     void give_back(float* block, int64_t capacity) noexcept;
     std::mutex mutex_;
     std::vector<std::pair<int64_t, float*>> free_;  // (capacity, block)
-    int64_t free_bytes_ = 0;
+    int64_t free_bytes_ = 0, live_bytes_ = 0;
 };
 
 struct ForwardResult {
