@@ -22,7 +22,9 @@
 // ALBERT's shapes give few tiles (12 - 36 at 32 rows), and a block's steps
 // are bound by the latency of its copies, so the reduction is split over
 // blocks up to a wave of two blocks per SM; the splits' sums are then
-// added in a fixed order (deterministic) by split_sum_kernel.
+// added in a fixed order (deterministic) by split_sum_kernel, or by the op
+// that reads the output (ops::SplitSums: ALBERT's GELU, one kernel fewer).
+// An operand can also come split already (x null: gelu_new_split wrote it).
 #include <algorithm>
 
 #include <cuda_fp16.h>
