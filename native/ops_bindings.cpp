@@ -324,11 +324,16 @@ py::array_t<int32_t> frame_token_index(const IntArray& dur) {
     return ft.download({py::ssize_t(F)});
 }
 
-py::array_t<float> expand_frames(const FloatArray& x, const IntArray& frame_token) {
+// rows: x time-major [T, C] -> [F, C] (expand_frame_rows); else [C, T] -> [C, F].
+py::array_t<float> expand_frames(const FloatArray& x, const IntArray& frame_token, bool rows) {
     require_ndim(x, 2, "x");
-    const int C = dim(x, 0), T = dim(x, 1), F = int(frame_token.size());
+    const int C = dim(x, rows ? 1 : 0), T = dim(x, rows ? 0 : 1), F = int(frame_token.size());
     DFloat dx = DFloat::from(x), out = DFloat::poisoned(int64_t(C) * F);
     DInt dft = DInt::from(frame_token);
+    if (rows) {
+        ops::expand_frame_rows(dx.get(), dft.get(), out.get(), C, F, stream());
+        return out.download({F, C});
+    }
     ops::expand_frames(dx.get(), dft.get(), out.get(), C, T, F, stream());
     return out.download({C, F});
 }
@@ -362,12 +367,15 @@ py::array_t<float> reflection_pad(const FloatArray& x, int left, int right) {
 py::array_t<float> layer_norm(const FloatArray& x, bool channels_first, const OptionalFloat& gamma,
                               const OptionalFloat& beta, const OptionalFloat& style_gamma,
                               const OptionalFloat& style_beta, float eps, bool in_place,
-                              const OptionalFloat& x_bias) {
+                              const OptionalFloat& x_bias, int y_pitch) {
     require_ndim(x, 2, "x");
     const int a = dim(x, 0), b = dim(x, 1);
     require(!x_bias || (!channels_first && x_bias->ndim() == 1 && dim(*x_bias, 0) == b),
             "layer_norm: x_bias is a [cols] vector, rows only");
-    DFloat dx = DFloat::from(x), y = DFloat::poisoned(in_place ? 0 : int64_t(x.size()));
+    require(y_pitch == 0 || (!channels_first && !in_place && y_pitch >= b),
+            "layer_norm: y_pitch (rows only, not in place) must be at least cols");
+    const int pitch = y_pitch > 0 ? y_pitch : b;
+    DFloat dx = DFloat::from(x), y = DFloat::poisoned(in_place ? 0 : int64_t(a) * pitch);
     OptionalDevice g(gamma), be(beta), sg(style_gamma), sb(style_beta), xb(x_bias);
     float* out = in_place ? dx.get() : y.get();
     if (channels_first) {
@@ -375,9 +383,9 @@ py::array_t<float> layer_norm(const FloatArray& x, bool channels_first, const Op
                                  stream());
     } else {
         ops::layer_norm_rows(dx.get(), out, a, b, g.get(), be.get(), sg.get(), sb.get(), eps,
-                             stream(), xb.get());
+                             stream(), xb.get(), y_pitch);
     }
-    return (in_place ? dx : y).download({a, b});
+    return (in_place ? dx : y).download({a, pitch});
 }
 
 py::array_t<float> adain(const FloatArray& x, const FloatArray& style, const std::string& act,
@@ -773,13 +781,13 @@ void register_ops(py::module_& m) {
     o.def("transpose", &transpose, "x"_a);
     o.def("durations_from_logits", &durations_from_logits, "logits"_a, "speed"_a);
     o.def("frame_token_index", &frame_token_index, "dur"_a);
-    o.def("expand_frames", &expand_frames, "x"_a, "frame_token"_a);
+    o.def("expand_frames", &expand_frames, "x"_a, "frame_token"_a, "rows"_a = false);
     o.def("upsample_nearest", &upsample_nearest, "x"_a, "scale"_a);
     o.def("interpolate_linear", &interpolate_linear, "x"_a, "scale"_a);
     o.def("reflection_pad", &reflection_pad, "x"_a, "left"_a, "right"_a);
     o.def("layer_norm", &layer_norm, "x"_a, "channels_first"_a = false, "gamma"_a = py::none(),
           "beta"_a = py::none(), "style_gamma"_a = py::none(), "style_beta"_a = py::none(),
-          "eps"_a = 1e-5f, "in_place"_a = false, "x_bias"_a = py::none());
+          "eps"_a = 1e-5f, "in_place"_a = false, "x_bias"_a = py::none(), "y_pitch"_a = 0);
     o.def("adain", &adain, "x"_a, "style"_a, "act"_a = "none", "slope"_a = 0.2f,
           "alpha"_a = py::none(), "in_place"_a = false, "half_rows"_a = false, "split"_a = false,
           "partials"_a = py::none());

@@ -239,6 +239,8 @@ def test_expand_frames(rng: np.random.Generator, c: int, t_len: int) -> None:
     x = f32(rng.standard_normal((c, t_len)))
     frame_token = ref.frame_token_index(rng.integers(1, 9, t_len)).astype(np.int32)
     np.testing.assert_array_equal(gpu.expand_frames(x, frame_token), ref.expand_frames(x, frame_token))
+    rows = gpu.expand_frames(np.ascontiguousarray(x.T), frame_token, rows=True)
+    np.testing.assert_array_equal(rows, ref.expand_frames(x, frame_token).T)
 
 
 @pytest.mark.parametrize("c,t_len,scale", [(1, 1, 300), (512, 37, 2), (3, 101, 300)])
@@ -295,6 +297,15 @@ def test_layer_norm_rows_x_bias(rng: np.random.Generator) -> None:
     want = ref.layer_norm(f64(x + xb), -1, f64(g), f64(b), 1e-12)
     check("layer_norm rows x_bias", got, want, SHORT_REDUCTION_TOL)
     np.testing.assert_array_equal(got, gpu.layer_norm(x + xb, False, g, b, eps=1e-12))
+
+
+def test_layer_norm_rows_into_wider_rows(rng: np.random.Generator) -> None:
+    """The duration encoder's AdaLayerNorm writes the first columns of a wider buffer (y_pitch):
+    those equal the LayerNorm, the others stay untouched."""
+    x, sg, sb = (f32(rng.standard_normal(shape)) for shape in ((41, 512), 512, 512))
+    got = gpu.layer_norm(x, False, None, None, sg, sb, eps=1e-5, y_pitch=640)
+    np.testing.assert_array_equal(got[:, :512], gpu.layer_norm(x, False, None, None, sg, sb, eps=1e-5))
+    assert np.all(got[:, 512:].view(np.uint32) == 0xFFFFFFFF)
 
 
 def test_layer_norm_rows_too_wide() -> None:

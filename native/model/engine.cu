@@ -1004,8 +1004,7 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
 
     // Frame side: alignment, F0 || N, source + STFT + source branches || decoder, generator.
     int32_t* frame_token = ws_.ints("engine.frame_token", F);
-    float* d_t = ws_.floats("engine.d_t", int64_t(width) * T);
-    float* en = ws_.floats("engine.en", int64_t(width) * F);
+    float* en_rows = ws_.floats("engine.en_rows", int64_t(F) * width);
     float* f0 = ws_.floats("engine.f0", 2 * int64_t(F));
     float* n = ws_.floats("engine.n", 2 * int64_t(F));
     float* dec_out = ws_.floats("engine.dec_out", int64_t(cfg_.upsample_initial_channel) * 2 * F);
@@ -1019,13 +1018,16 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
     };
     run_phase(frame_graphs_, frame_key, capture, prepare, [&](ops::Stft& stft) {
         ops::frame_token_index(dur, T, frame_token, main);
-        ops::transpose(d, d_t, T, width, main);
-        ops::expand_frames(d_t, frame_token, en, width, T, F, main);
-        ctx.record("en", en, {width, F});
+        ops::expand_frame_rows(d, frame_token, en_rows, width, F, main);
+        if (trace != nullptr) {
+            float* en = ctx.floats("trace.en", int64_t(width) * F);
+            ops::transpose(en_rows, en, F, width, main);
+            ctx.record("en", en, {width, F});
+        }
         const Context resblocks[kResblockStreams] = {context(2, fast_, trace),
                                                      context(3, fast_, trace)};
         f0n_forward(ctx, side.with_fast(false), resblocks[0].with_fast(false),
-                    resblocks[1].with_fast(false), en, F, f0, n);
+                    resblocks[1].with_fast(false), en_rows, F, f0, n);
         ctx.record("F0", f0, {2 * F});
         ctx.record("N", n, {2 * F});
         ctx.record("t_en", t_en, {hid, T});

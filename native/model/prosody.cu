@@ -4,8 +4,8 @@
 // BiLSTM over the frames, then the F0 and N AdainResBlk1d stacks with their
 // 1x1 projections, on two streams, their shortcuts on two more).
 // The duration encoder keeps one time-major buffer [T, hidden + style] whose
-// style columns are written once; each layer rewrites the first `hidden`
-// columns (a pitched copy).
+// style columns are written once; each layer's AdaLayerNorm writes its
+// first `hidden` columns.
 #include "kokoro/model.h"
 
 namespace kokoro {
@@ -33,9 +33,8 @@ void duration_encoder_forward(const Context& ctx, const float* d_en_rows, const 
             "predictor.text_encoder.lstms." + std::to_string(2 * i + 1) + ".fc";
         ctx.lstm(lstm, d, lstm_out, T);
         const float* gamma_beta = ctx.style(norm_fc, hid);
-        ops::layer_norm_rows(lstm_out, lstm_out, T, hid, nullptr, nullptr, gamma_beta,
-                             gamma_beta + hid, kAdaLayerNormEps, ctx.stream);
-        ops::copy_rows(lstm_out, hid, d, width, T, hid, ctx.stream);
+        ops::layer_norm_rows(lstm_out, d, T, hid, nullptr, nullptr, gamma_beta, gamma_beta + hid,
+                             kAdaLayerNormEps, ctx.stream, nullptr, width);
     }
 }
 
@@ -47,13 +46,10 @@ void duration_head_forward(const Context& ctx, const float* d, int T, float* dur
 }
 
 void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_lane,
-                 const Context& n_lane, const float* en, int F, float* f0, float* n) {
+                 const Context& n_lane, const float* en_rows, int F, float* f0, float* n) {
     const int hid = ctx.cfg.hidden_dim;
-    const int width = hid + ctx.cfg.style_dim;
     const int half = hid / 2;
 
-    float* en_rows = ctx.floats("prosody.en_rows", int64_t(F) * width);
-    ops::transpose(en, en_rows, width, F, ctx.stream);
     float* shared_rows = ctx.floats("prosody.shared_rows", int64_t(F) * hid);
     ctx.lstm("predictor.shared", en_rows, shared_rows, F);
     ctx.mark("alignment, shared LSTM");

@@ -166,6 +166,14 @@ void gather_time(const float* x, float* out, int C, int Tin, int Tout, Map map,
                      "gather_time_kernel", x, out, Tin, Tout, map);
 }
 
+// out[f, c] = x[frame_token[f], c] on time-major rows.
+__global__ void expand_frame_rows_kernel(const float* x, const int32_t* frame_token, float* out,
+                                         int C, int64_t n) {
+    await_producers();
+    const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (i < n) out[i] = x[int64_t(frame_token[i / C]) * C + i % C];
+}
+
 // F.interpolate(mode="linear", align_corners=False) with the given scale;
 // the source position is computed in double as PyTorch does.
 __global__ void interpolate_linear_kernel(const float* x, float* out, int Tin, int Tout,
@@ -266,6 +274,14 @@ void frame_token_index(const int32_t* dur, int T, int32_t* frame_token, cudaStre
 void expand_frames(const float* x, const int32_t* frame_token, float* out, int C, int T, int F,
                    cudaStream_t stream) {
     gather_time(x, out, C, T, F, FrameTokenMap{frame_token}, stream);
+}
+
+void expand_frame_rows(const float* x, const int32_t* frame_token, float* out, int C, int F,
+                       cudaStream_t stream) {
+    const int64_t n = int64_t(F) * C;
+    if (n == 0) return;
+    launch_dependent(expand_frame_rows_kernel, dim3(blocks_for(n)), dim3(kThreads), 0, stream,
+                     "expand_frame_rows_kernel", x, frame_token, out, C, n);
 }
 
 void upsample_nearest(const float* x, float* out, int C, int T, int scale, cudaStream_t stream) {

@@ -56,15 +56,15 @@ struct Affine {
 // order per lane, then the fixed shuffle tree.
 constexpr int kRowsMaxPerLane = 32;
 constexpr int kRowsMaxCols = 32 * kRowsMaxPerLane;
-__global__ void layer_norm_rows_kernel(const float* x, const float* x_bias, float* y, int rows,
-                                       int cols, Affine affine, float eps) {
+__global__ void layer_norm_rows_kernel(const float* x, const float* x_bias, float* y, int y_pitch,
+                                       int rows, int cols, Affine affine, float eps) {
     await_producers();
     release_dependents();
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
     const float* xr = x + int64_t(row) * cols;
-    float* yr = y + int64_t(row) * cols;
+    float* yr = y + int64_t(row) * y_pitch;
     float v[kRowsMaxPerLane];
     float sum = 0.f;
 #pragma unroll
@@ -348,7 +348,7 @@ __global__ void adain_half_rows_kernel(AdainArgs a, const ChannelApply* apply, _
 
 void layer_norm_rows(const float* x, float* y, int rows, int cols, const float* gamma,
                      const float* beta, const float* style_gamma, const float* style_beta,
-                     float eps, cudaStream_t stream, const float* x_bias) {
+                     float eps, cudaStream_t stream, const float* x_bias, int y_pitch) {
     if (rows == 0) return;
     if (cols > kRowsMaxCols) {
         throw CudaError("layer_norm_rows: rows of " + std::to_string(cols) + " columns, at most " +
@@ -357,8 +357,8 @@ void layer_norm_rows(const float* x, float* y, int rows, int cols, const float* 
     const int threads = 256, rows_per_block = threads / 32;
     launch_dependent(layer_norm_rows_kernel,
                      dim3(unsigned((rows + rows_per_block - 1) / rows_per_block)), dim3(threads), 0,
-                     stream, "layer_norm_rows_kernel", x, x_bias, y, rows, cols,
-                     Affine{gamma, beta, style_gamma, style_beta}, eps);
+                     stream, "layer_norm_rows_kernel", x, x_bias, y, y_pitch > 0 ? y_pitch : cols,
+                     rows, cols, Affine{gamma, beta, style_gamma, style_beta}, eps);
 }
 
 void layer_norm_channels(const float* x, float* y, int C, int T, const float* gamma,

@@ -409,12 +409,12 @@ void duration_encoder_forward(const Context& ctx, const float* d_en_rows, const 
 // logits [T, max_dur].
 void duration_head_forward(const Context& ctx, const float* d, int T, float* dur_lstm,
                            float* logits);
-// F0Ntrain: en [hidden + style, F] -> f0 [2F], n [2F]. The shared LSTM and
-// the F0 stack run on `ctx`, the N stack concurrently on `n_ctx`, their
-// blocks' shortcuts on `f0_lane` and `n_lane` (adain_res_blk1d); `ctx` has
-// waited for all of them on return.
+// F0Ntrain: en_rows [F, hidden + style] (time-major) -> f0 [2F], n [2F].
+// The shared LSTM and the F0 stack run on `ctx`, the N stack concurrently on
+// `n_ctx`, their blocks' shortcuts on `f0_lane` and `n_lane`
+// (adain_res_blk1d); `ctx` has waited for all of them on return.
 void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_lane,
-                 const Context& n_lane, const float* en, int F, float* f0, float* n);
+                 const Context& n_lane, const float* en_rows, int F, float* f0, float* n);
 
 // ------------------------------------------------------- text_encoder.cu
 // Text encoder: ids [T] -> t_en [hidden, T].

@@ -188,6 +188,9 @@ void frame_token_index(const int32_t* dur, int T, int32_t* frame_token, cudaStre
 // out[c, f] = x[c, frame_token[f]]: x [C, T] expanded to [C, F] (x @ aln).
 void expand_frames(const float* x, const int32_t* frame_token, float* out, int C, int T, int F,
                    cudaStream_t stream);
+// The same on time-major rows: out[f, c] = x[frame_token[f], c], x [T, C] -> out [F, C].
+void expand_frame_rows(const float* x, const int32_t* frame_token, float* out, int C, int F,
+                       cudaStream_t stream);
 // Nearest-neighbour upsampling along time: [C, T] -> [C, T * scale].
 void upsample_nearest(const float* x, float* out, int C, int T, int scale, cudaStream_t stream);
 // PyTorch F.interpolate(mode="linear", scale_factor=scale, align_corners=False):
@@ -206,10 +209,12 @@ void reflection_pad(const float* x, float* out, int C, int T, int left, int righ
 // come from a style projection. y may equal x; cols <= 1024 (a row lives in
 // one warp's registers). x_bias (may be null): a [cols] vector added to
 // every row of x first (the bias of the linear layer that produced x, fused
-// here instead of its own pass).
+// here instead of its own pass). y_pitch: y's row pitch (0: cols; the
+// duration encoder writes the first columns of a wider buffer).
 void layer_norm_rows(const float* x, float* y, int rows, int cols, const float* gamma,
                      const float* beta, const float* style_gamma, const float* style_beta,
-                     float eps, cudaStream_t stream, const float* x_bias = nullptr);
+                     float eps, cudaStream_t stream, const float* x_bias = nullptr,
+                     int y_pitch = 0);
 // Same over the channel axis of a channels-first [C, T] tensor (text encoder's
 // LayerNorm, AdaLayerNorm on [C, T]).
 void layer_norm_channels(const float* x, float* y, int C, int T, const float* gamma,
