@@ -149,6 +149,15 @@ HalfWeight conv_weight_half(const FloatArray& w, ops::HalfOperands form) {
     return {upload_halves(host), scale};
 }
 
+// A linear weight [out, in] as the split linear's FP16 [2, out, split_pitch(in)],
+// with its w_scale.
+HalfWeight linear_weight_split(const FloatArray& w) {
+    const int out = dim(w, 0), in = dim(w, 1);
+    std::vector<__half> host(size_t(2) * out * ops::split_pitch(in));
+    const float scale = ops::linear_weight_to_split_half(w.data(), host.data(), out, in);
+    return {upload_halves(host), scale};
+}
+
 // Half rows [T, ld] ([2, T, ld]: hi, lo when split) downloaded as float32
 // (every FP16 value is exact in it).
 py::array_t<float> download_half_rows(const DeviceArray<__half>& rows, int T, int ld,
@@ -194,14 +203,11 @@ py::array_t<float> linear(const FloatArray& x, const FloatArray& w, const Option
     OptionalDevice db(b);
     DFloat y = y0 ? DFloat::from(*y0) : DFloat::poisoned(int64_t(rows) * out);
     if (split) {
-        const int pitch = ops::split_pitch(in);
-        std::vector<__half> host(size_t(2) * out * pitch);
-        const float scale = ops::linear_weight_to_split_half(w.data(), host.data(), out, in);
-        const DeviceArray<__half> dw = upload_halves(host);
-        DeviceArray<__half> x_split(2 * int64_t(rows) * pitch);
+        const HalfWeight dw = linear_weight_split(w);
+        DeviceArray<__half> x_split(2 * int64_t(rows) * ops::split_pitch(in));
         DFloat scratch(ops::linear_split_half_scratch_floats(rows, in, out));
-        ops::linear_split_half(dx.get(), x_split.get(), dw.get(), scale, db.get(), y.get(), rows,
-                               in, out, scratch.get(), stream(), beta);
+        ops::linear_split_half(dx.get(), x_split.get(), dw.w.get(), dw.scale, db.get(), y.get(),
+                               rows, in, out, scratch.get(), stream(), beta);
     } else {
         DFloat dw = DFloat::from(w);
         ops::linear(context().blas, dx.get(), dw.get(), db.get(), y.get(), rows, in, out, stream(),
@@ -221,13 +227,7 @@ py::array_t<float> albert_ffn(const FloatArray& x, const FloatArray& w1, const F
     const int rows = dim(x, 0), in = dim(x, 1), inter = dim(w1, 0), out = dim(w2, 0);
     require(dim(w1, 1) == in && dim(b1, 0) == inter && dim(w2, 1) == inter,
             "albert_ffn: w1, b1, w2 do not match x");
-    auto split_weight = [](const FloatArray& w, float& scale) {
-        std::vector<__half> host(size_t(2) * dim(w, 0) * ops::split_pitch(dim(w, 1)));
-        scale = ops::linear_weight_to_split_half(w.data(), host.data(), dim(w, 0), dim(w, 1));
-        return upload_halves(host);
-    };
-    float scale1 = 1.f, scale2 = 1.f;
-    const DeviceArray<__half> dw1 = split_weight(w1, scale1), dw2 = split_weight(w2, scale2);
+    const HalfWeight dw1 = linear_weight_split(w1), dw2 = linear_weight_split(w2);
     DFloat dx = DFloat::from(x), db1 = DFloat::from(b1);
     DFloat hidden = DFloat::poisoned(int64_t(rows) * inter);
     DFloat y = DFloat::poisoned(int64_t(rows) * out);
@@ -235,10 +235,10 @@ py::array_t<float> albert_ffn(const FloatArray& x, const FloatArray& w1, const F
     DFloat scratch(std::max(ops::linear_split_half_scratch_floats(rows, in, inter),
                             ops::linear_split_half_scratch_floats(rows, inter, out)));
     const ops::SplitSums sums =
-        ops::linear_split_half_sums(dx.get(), x_split.get(), dw1.get(), scale1, hidden.get(),
-                                    rows, in, inter, scratch.get(), stream());
+        ops::linear_split_half_sums(dx.get(), x_split.get(), dw1.w.get(), dw1.scale,
+                                    hidden.get(), rows, in, inter, scratch.get(), stream());
     ops::gelu_new_split(sums, x_split.get(), rows, inter, db1.get(), stream());
-    ops::linear_split_half(nullptr, x_split.get(), dw2.get(), scale2, nullptr, y.get(), rows,
+    ops::linear_split_half(nullptr, x_split.get(), dw2.w.get(), dw2.scale, nullptr, y.get(), rows,
                            inter, out, scratch.get(), stream());
     return y.download({rows, out});
 }

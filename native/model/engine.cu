@@ -18,8 +18,9 @@
 // - Lane: four streams with their events and cuBLAS handles (main, side at
 //   the lowest priority, the others at the highest; two for the
 //   AdainResBlk1d shortcuts and the generator's concurrent residual
-//   blocks), a workspace and the graph caches. A forward pass has two phases around the one mid-pass
-//   read-back (the durations size the frame axis):
+//   blocks), a workspace and the graph caches. A forward pass has two
+//   phases around the one mid-pass read-back (the durations size the frame
+//   axis):
 //     tokens: [text encoder on the side stream] || style projections, ALBERT,
 //             bert_encoder, duration encoder, duration head -> logits;
 //     (uncaptured: durations from the logits and the speed, read back)

@@ -290,8 +290,9 @@ constexpr int kCoutTile = 128;     // output channels per block
 // The arguments of both kernels: for each of `phases` output phases, the
 // GEMM sum[c, q] = sum_{k, ci} w_p[c, k, ci] x[q + k * dil - pad, ci] over
 // Cout channels and Tout columns, then y = w_scale * sum (+ b) (+ residual)
-// (a conv1d's times out_scale) through the output map below; x: half rows [Tin, ld], w: FP16, a
-// conv1d's [Cout, K, ld], a transposed conv's [K phases, Cout, ld] (phase
+// (a conv1d's times out_scale) through the output map below; x: half rows
+// [Tin, ld], w: FP16, a conv1d's [Cout, K, ld], a transposed conv's [K
+// phases, Cout, ld] (phase
 // p, channel c, tap k at row ((K - 1 - k) phases + p) Cout + c: see
 // transposed_call); residual may equal y. Split operands: x_lo and w_lo
 // hold the lo parts (null when rounded). grid (time tiles, channel tiles

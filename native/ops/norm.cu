@@ -264,6 +264,13 @@ __global__ void adain_fused_kernel(AdainArgs a) {
     apply_piece(a, c, p, ChannelApply(a, c, s.x / a.T, s.y / a.T));
 }
 
+// A partial {n, sum, m2}'s squared deviations about the channel's mean
+// (Chan et al.): m2 + n (sum / n - mean)^2, computed as m2 + (sum - n mean)^2 / n.
+__device__ double m2_about(double n, double sum, double m2, double mean) {
+    const double d = sum - n * mean;
+    return m2 + d * d / n;
+}
+
 // Long rows, pass 1: block (part, c) writes {count, sum, m2} of its piece to
 // partials[(c * parts + part) * 3]. With `apply` (rows of one part: the
 // half-rows AdaIN), the channel's ChannelApply instead, from its one partial
@@ -277,8 +284,8 @@ __global__ void adain_stats_kernel(AdainArgs a, double* partials, ChannelApply* 
     const double2 s = piece_stats(xr, p, scratch);
     if (threadIdx.x != 0) return;
     if (apply != nullptr) {
-        const double n = p.count(), mean = s.x / a.T, d = s.x - n * mean;
-        apply[c] = ChannelApply(a, c, mean, (s.y + d * d / n) / a.T);
+        const double mean = s.x / a.T;
+        apply[c] = ChannelApply(a, c, mean, m2_about(p.count(), s.x, s.y, mean) / a.T);
         return;
     }
     double* out = partials + (int64_t(c) * gridDim.x + part) * kPartialDoubles;
@@ -299,11 +306,8 @@ __device__ double2 combine_partials(const AdainArgs& a, const double* partials, 
     const double mean = block_sum(sum, scratch) / a.T;
     double m2 = 0.0;
     for (int b = threadIdx.x; b < parts; b += blockDim.x) {
-        const double n = pc[b * kPartialDoubles];
-        if (n > 0) {
-            const double d = pc[b * kPartialDoubles + 1] - n * mean;
-            m2 += pc[b * kPartialDoubles + 2] + d * d / n;
-        }
+        const double* part = pc + b * kPartialDoubles;
+        if (part[0] > 0) m2 += m2_about(part[0], part[1], part[2], mean);
     }
     return make_double2(mean, block_sum(m2, scratch) / a.T);
 }
