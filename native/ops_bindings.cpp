@@ -682,7 +682,8 @@ py::tuple conv_transpose1d_half(const FloatArray& x, const FloatArray& w, const 
 
 // ------------------------------------------------------ lstm, attention
 py::array_t<float> lstm_bidirectional(const FloatArray& x, const FloatArray& w_ih,
-                                      const FloatArray& w_hh, const FloatArray& b) {
+                                      const FloatArray& w_hh, const FloatArray& b,
+                                      int max_cluster_blocks) {
     require_ndim(x, 2, "x");
     require_ndim(w_hh, 3, "w_hh");
     const int T = dim(x, 0), In = dim(x, 1), H = dim(w_hh, 2);
@@ -693,7 +694,7 @@ py::array_t<float> lstm_bidirectional(const FloatArray& x, const FloatArray& w_i
     DFloat db = DFloat::from(b), out = DFloat::poisoned(int64_t(T) * 2 * H);
     DFloat scratch(ops::lstm_scratch_floats(T, H));
     ops::lstm_bidirectional(context().blas, dx.get(), dwi.get(), dwh.get(), db.get(), out.get(), T,
-                            In, H, scratch.get(), stream());
+                            In, H, scratch.get(), stream(), max_cluster_blocks);
     return out.download({T, 2 * H});
 }
 
@@ -805,7 +806,8 @@ void register_ops(py::module_& m) {
     o.def("conv_transpose1d_half", &conv_transpose1d_half, "x"_a, "w"_a, "b"_a = py::none(),
           "stride"_a = 1, "pad"_a = 0, "reflect_left"_a = 0, "residual"_a = py::none(),
           "residual_in_place"_a = false, "leaky_slope"_a = 1.f, "math"_a = "fp16");
-    o.def("lstm_bidirectional", &lstm_bidirectional, "x"_a, "w_ih"_a, "w_hh"_a, "b"_a);
+    o.def("lstm_bidirectional", &lstm_bidirectional, "x"_a, "w_ih"_a, "w_hh"_a, "b"_a,
+          "max_cluster_blocks"_a = 16);
     o.def("attention", &attention, "q"_a, "k"_a, "v"_a, "heads"_a, "valid_len"_a,
           "packed"_a = false);
     o.def("stft_mag_phase", &stft_mag_phase, "x"_a, "n_fft"_a = 20, "hop"_a = 5);

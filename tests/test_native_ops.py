@@ -785,19 +785,26 @@ def test_conv_transpose1d_half_geometry_errors(rng: np.random.Generator) -> None
 
 
 @pytest.mark.parametrize(
-    "t_len,d_in,hidden",
-    # H 64 / 128 / 256 take the cluster path on sm_90 (T=500: the long case); H 33 the fallback.
+    "t_len,d_in,hidden,max_cluster_blocks",
+    # H 64 / 128 / 256 take the cluster path on sm_90 (T=500: the long case), 16 blocks per
+    # direction at H 256 where the device allows it, else (and when capped at 8) the portable
+    # shape; a cap below every cluster shape, and H 33, take the fallback.
     [
-        (1, 640, 256),
-        (2, 17, 33),
-        (37, 640, 256),
-        (150, 512, 256),
-        (500, 640, 256),
-        (45, 24, 64),
-        (90, 40, 128),
+        (1, 640, 256, 16),
+        (2, 17, 33, 16),
+        (37, 640, 256, 16),
+        (150, 512, 256, 16),
+        (500, 640, 256, 16),
+        (45, 24, 64, 16),
+        (90, 40, 128, 16),
+        (150, 512, 256, 8),
+        (90, 40, 128, 4),
+        (37, 640, 256, 4),
     ],
 )
-def test_lstm_bidirectional(rng: np.random.Generator, t_len: int, d_in: int, hidden: int) -> None:
+def test_lstm_bidirectional(
+    rng: np.random.Generator, t_len: int, d_in: int, hidden: int, max_cluster_blocks: int
+) -> None:
     x = f32(rng.standard_normal((t_len, d_in)))
     w_ih = f32(rng.uniform(-1, 1, (2, 4 * hidden, d_in)) / math.sqrt(hidden))
     w_hh = f32(rng.uniform(-1, 1, (2, 4 * hidden, hidden)) / math.sqrt(hidden))
@@ -806,7 +813,7 @@ def test_lstm_bidirectional(rng: np.random.Generator, t_len: int, d_in: int, hid
     # Rounding of each step feeds the next: allow the long-reduction bound.
     check(
         f"lstm T={t_len} In={d_in} H={hidden}",
-        gpu.lstm_bidirectional(x, w_ih, w_hh, b),
+        gpu.lstm_bidirectional(x, w_ih, w_hh, b, max_cluster_blocks),
         want,
         LONG_REDUCTION_TOL,
     )

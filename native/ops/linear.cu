@@ -61,10 +61,10 @@ namespace split_gemm {
 constexpr int kTile = 64;  // output rows and columns per block
 constexpr int kBK = kSplitChunk;
 constexpr int kPitch = kBK + 8;  // halves per padded shared row: 144 bytes
-constexpr int kStages = 3;
 constexpr int kThreads = 128;
 constexpr int kStageHalves = 4 * kTile * kPitch;  // x_hi, x_lo, w_hi, w_lo tiles
-constexpr size_t kSmemBytes = sizeof(__half) * kStages * kStageHalves;
+// Shared memory of a block with `stages` pipeline stages.
+constexpr size_t smem_bytes(int stages) { return sizeof(__half) * stages * kStageHalves; }
 
 // partial null: one split, the kernel writes y; else split z writes its
 // unscaled sums over chunks [z * chunks_per_split, ...) to partial[z]
@@ -79,21 +79,43 @@ struct Args {
     int rows, out, pitch, chunks_per_split;
 };
 
+template <int Stages>
+__global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args a);
+
+// Blocks of linear_split_kernel<Stages> that fit on the device at once (it
+// needs its shared memory size set first; no other size is ever set).
+template <int Stages>
+int resident_blocks(int sms) {
+    constexpr size_t bytes = smem_bytes(Stages);
+    KOKORO_CUDA_CHECK(cudaFuncSetAttribute(
+        linear_split_kernel<Stages>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    int per_sm = 0;
+    KOKORO_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, linear_split_kernel<Stages>, kThreads, bytes));
+    return std::max(1, per_sm) * sms;
+}
+
 struct Plan {
-    int splits, chunks_per_split;
+    int stages, splits, chunks_per_split;
 };
 
-// As many splits as keep the grid within one wave of two blocks per SM (a
-// wave and a bit would take two waves' time).
+// Three pipeline stages (two blocks per SM on an H200), with as many splits
+// as keep the grid within one wave (a wave and a bit takes two waves' time);
+// but where the tiles alone need more than a wave of those and fit in one
+// wave of two-stage blocks (three per SM), two stages and no split: the
+// shallower pipeline loses less than the second wave (ALBERT's fused QKV
+// projection at 502 rows: 288 tiles).
 Plan plan(int rows, int in, int out) {
     int device = 0, sms = 0;
     KOKORO_CUDA_CHECK(cudaGetDevice(&device));
     KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     const int chunks = split_pitch(in) / kBK;
     const int tiles = ((out + kTile - 1) / kTile) * ((rows + kTile - 1) / kTile);
-    const int wanted = std::max(1, 2 * sms / tiles);
+    const int deep = resident_blocks<3>(sms);
+    if (tiles > deep && tiles <= resident_blocks<2>(sms)) return {2, 1, chunks};
+    const int wanted = std::max(1, deep / tiles);
     const int per = (chunks + wanted - 1) / wanted;
-    return {(chunks + per - 1) / per, per};
+    return {3, (chunks + per - 1) / per, per};
 }
 
 // y = the split sums (SplitSums: in split order, times w_scale, + beta * y) (+ b).
@@ -128,6 +150,7 @@ __device__ void load_chunk(__half* stage, const Args& a, int m0, int n0, int c) 
     }
 }
 
+template <int Stages>
 __global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args a) {
     await_producers();
     release_dependents();
@@ -140,20 +163,20 @@ __global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args a) {
     const int chunks = min(a.chunks_per_split, a.pitch / kBK - first);
     float acc[2][4][4] = {};  // fp32 sums over the finished chunks
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
+    for (int s = 0; s < Stages - 1; ++s) {
         if (s < chunks) load_chunk(smem + s * kStageHalves, a, m0, n0, first + s);
         cp_async_commit();
     }
     for (int s = 0; s < chunks; ++s) {
-        cp_async_wait<kStages - 2>();
+        cp_async_wait<Stages - 2>();
         __syncthreads();  // chunk s landed; every warp is done with chunk s - 1's stage
-        if (s + kStages - 1 < chunks) {
-            load_chunk(smem + (s + kStages - 1) % kStages * kStageHalves, a, m0, n0,
-                       first + s + kStages - 1);
+        if (s + Stages - 1 < chunks) {
+            load_chunk(smem + (s + Stages - 1) % Stages * kStageHalves, a, m0, n0,
+                       first + s + Stages - 1);
         }
         cp_async_commit();
         float sums[2][4][4] = {};  // the MMAs' sums over this chunk
-        const __half* tiles = smem + s % kStages * kStageHalves;
+        const __half* tiles = smem + s % Stages * kStageHalves;
 #pragma unroll
         for (int kk = 0; kk < kBK; kk += 16) {
             // [part][mi or pair]: A rows lane % 16, k half lane / 16; B (rows
@@ -303,13 +326,11 @@ SplitSums split_gemm_sums(const float* x, __half* x_split, const __half* w_split
     using namespace split_gemm;
     const Plan p = plan(rows, in, out);
     float* partial = p.splits > 1 ? scratch : nullptr;
-    // The kernel's fixed need (no other size is ever set).
-    KOKORO_CUDA_CHECK(cudaFuncSetAttribute(
-        linear_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
     const dim3 grid(unsigned((out + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile),
                     unsigned(p.splits));
-    launch_dependent(linear_split_kernel, grid, dim3(kThreads), kSmemBytes, stream,
-                     "linear_split_kernel",
+    // plan() set both instantiations' shared memory sizes.
+    launch_dependent(p.stages == 2 ? linear_split_kernel<2> : linear_split_kernel<3>, grid,
+                     dim3(kThreads), smem_bytes(p.stages), stream, "linear_split_kernel",
                      Args{x_split, w_split, b, y, partial, w_scale, beta, rows, out, pitch,
                           p.chunks_per_split});
     if (partial == nullptr) return SplitSums(y);

@@ -6,26 +6,31 @@
 // Its cost is per step, so its latency is what matters; two paths:
 //
 // - Cluster path (sm_90+, H in {64, 128, 256}): one thread-block cluster
-//   of H / 32 blocks per direction. Each block owns 32 hidden units, i.e.
-//   their 4 x 32 gate rows of W_hh, held in registers for the whole
-//   sequence (H / 4 floats per thread), so W_hh is read from memory once,
-//   not per step. 16 lanes share a hidden unit: each holds H / 16 columns
-//   of its 4 gate rows and reads the matching slice of h (a broadcast
-//   within the half-warp) from shared memory. A transposing butterfly sums
-//   the 4 rows over the 16 lanes in 5 shuffles, leaving gate (lane / 4) in
-//   each quad, which applies its own nonlinearity (the same instructions
-//   for every gate); 4 more shuffles give every lane i, f, g, o and the
-//   cell update runs redundantly in the 16 lanes (c stays in a register).
-//   Lane r < H / 32 sends the new h to block r with st.async (distributed
-//   shared memory), which counts its bytes on block r's mbarrier for that
-//   buffer: a block starts step s + 1 as soon as all H values of h_s have
-//   arrived, with no cluster-wide barrier per step. h is double-buffered
-//   by step parity; rewriting a buffer is safe without further sync
-//   because h_{s+1} cannot exist before every block has sent h_s, which
-//   each warp does only after its reads of h_{s-1}. On an H200: 0.75 us
-//   per step for H = 256 (with a cluster barrier per step instead of the
-//   mbarriers: 1.2 us; a 16-block cluster, a non-portable size, 0.72; a
-//   warp per unit, 32 FMAs per lane, 1.05).
+//   per direction; each block owns `Units` hidden units, i.e. their
+//   4 x Units gate rows of W_hh, held in registers for the whole sequence
+//   (H / 2 floats per thread), so W_hh is read from memory once, not per
+//   step. 8 lanes share a hidden unit: each holds H / 8 columns of its 4
+//   gate rows and reads the matching slice of h (a broadcast within the
+//   8 lanes) from shared memory. A transposing butterfly sums the 4 rows
+//   over the 8 lanes in 4 shuffles, leaving gate (lane / 2) in each lane
+//   pair, which applies its own nonlinearity (the same instructions for
+//   every gate); 4 more shuffles give every lane i, f, g, o and the cell
+//   update runs redundantly in the 8 lanes (c stays in a register). Each
+//   unit's lanes send the new h to every block of the cluster with
+//   st.async (distributed shared memory), which counts its bytes on the
+//   receiver's mbarrier for that buffer: a block starts step s + 1 as soon
+//   as all H values of h_s have arrived, with no cluster-wide barrier per
+//   step. h is double-buffered by step parity; rewriting a buffer is safe
+//   without further sync because h_{s+1} cannot exist before every block
+//   has sent h_s, which each warp does only after its reads of h_{s-1}.
+//   A step is bound by its instruction issue and its dependent latency,
+//   not by the exchange: Units = 16 (16 blocks at H = 256, a non-portable
+//   cluster size, used where the device schedules it; else 32 units, 8
+//   blocks) halves each SM's share of the step's FMAs. On an H200 at
+//   H = 256: ~0.57 us per step (16 lanes per unit and 32 units per block:
+//   0.75; the same with a cluster barrier per step instead of the
+//   mbarriers: 1.2; 8 lanes per unit, 32 units: ~0.62; a warp per unit:
+//   1.05).
 // - Fallback (no clusters, other H): one block per direction; each warp
 //   computes whole gate rows of W_hh @ h with lanes striding the contiguous
 //   row, so W_hh (1 MB per direction at H = 256) streams from L2 every step;
@@ -51,10 +56,10 @@ namespace kokoro::ops {
 namespace {
 
 constexpr int kFallbackThreads = 1024;
-// Cluster path: hidden units per block and lanes per hidden unit.
-constexpr int kUnitsPerBlock = 32;
-constexpr int kLanesPerUnit = 16;
-constexpr int kClusterThreads = kUnitsPerBlock * kLanesPerUnit;
+// Cluster path: lanes per hidden unit; hidden units per block, in the order
+// tried (the first needs a 16-block cluster at H = 256).
+constexpr int kLanesPerUnit = 8;
+constexpr int kUnitsWide = 16, kUnitsPortable = 32;
 
 // 1 / (1 + e^-x) without overflow; the reciprocal correctly rounded, not a
 // full division (fewer instructions on the recurrence's critical path).
@@ -119,13 +124,13 @@ __device__ void st_async_f32(uint32_t remote_addr, float value, uint32_t remote_
 }
 #endif
 
-// Cluster path. Grid: 2 clusters of H / 32 blocks along x (direction =
-// cluster index), kClusterThreads threads per block.
-template <int H>
-__global__ void __launch_bounds__(kClusterThreads, 1)
+// Cluster path. Grid: 2 clusters of H / Units blocks along x (direction =
+// cluster index), Units * kLanesPerUnit threads per block.
+template <int H, int Units>
+__global__ void __launch_bounds__(Units* kLanesPerUnit, 1)
     lstm_cluster_kernel(const float* gx, const float* w_hh, float* out, int T) {
 #if __CUDA_ARCH__ >= 900
-    constexpr int kBlocks = H / kUnitsPerBlock;
+    constexpr int kBlocks = H / Units;
     constexpr int kVec = H / 4 / kLanesPerUnit;  // float4 columns per lane and gate row
     constexpr int G = 4 * H;
     namespace cg = cooperative_groups;
@@ -135,11 +140,12 @@ __global__ void __launch_bounds__(kClusterThreads, 1)
     __shared__ alignas(8) uint64_t full[2];
 
     const int dir = blockIdx.x / kBlocks;
-    const int sub = threadIdx.x % kLanesPerUnit;  // lane within the unit's 16
-    const int unit = int(cluster.block_rank()) * kUnitsPerBlock + threadIdx.x / kLanesPerUnit;
-    const int gate = sub / 4;  // the gate this lane's quad finishes
+    constexpr int kLanesPerGate = kLanesPerUnit / 4;
+    const int sub = threadIdx.x % kLanesPerUnit;  // lane within the unit's kLanesPerUnit
+    const int unit = int(cluster.block_rank()) * Units + threadIdx.x / kLanesPerUnit;
+    const int gate = sub / kLanesPerGate;  // the gate this lane finishes
 
-    // This lane's slice of W_hh: rows g H + unit, float4 columns sub + 16 v.
+    // This lane's slice of W_hh: rows g H + unit, float4 columns sub + kLanesPerUnit v.
     float4 w[4][kVec];
     const float* w_dir = w_hh + int64_t(dir) * G * H;
 #pragma unroll
@@ -168,16 +174,23 @@ __global__ void __launch_bounds__(kClusterThreads, 1)
         }
         asm volatile("fence.mbarrier_init.release.cluster;" : : : "memory");
     }
-    // Lane sub < kBlocks sends this unit's h to block `sub`.
-    const uint32_t peer = uint32_t(sub % kBlocks);
-    const uint32_t h_remote = map_to_rank(shared_address(&h_buf[0][0].x) + 4 * unit, peer);
-    const uint32_t full_remote = map_to_rank(full_local, peer);
-    const float* gx_dir = gx + int64_t(dir) * G + gate * H + unit;
-    const auto gx_at = [&](int step) {
-        const int t = dir == 0 ? step : T - 1 - step;
-        return gx_dir[int64_t(t) * 2 * G];
-    };
-    float gx_next = gx_at(0);
+    // Lane sub sends this unit's h to blocks sub + kLanesPerUnit i.
+    constexpr int kSends = (kBlocks + kLanesPerUnit - 1) / kLanesPerUnit;
+    uint32_t h_remote[kSends], full_remote[kSends];
+#pragma unroll
+    for (int i = 0; i < kSends; ++i) {
+        const uint32_t peer = uint32_t((sub + kLanesPerUnit * i) % kBlocks);
+        h_remote[i] = map_to_rank(shared_address(&h_buf[0][0].x) + 4 * unit, peer);
+        full_remote[i] = map_to_rank(full_local, peer);
+    }
+    // This lane's gx and out elements at time step 0 of its direction, and
+    // the distance between steps (the reverse direction walks back).
+    const int t0 = dir == 0 ? 0 : T - 1;
+    const int64_t gx_stride = (dir == 0 ? 2 : -2) * int64_t(G);
+    const int64_t out_stride = (dir == 0 ? 2 : -2) * int64_t(H);
+    int64_t gx_at = t0 * 2 * int64_t(G) + int64_t(dir) * G + gate * H + unit;
+    int64_t out_at = t0 * 2 * int64_t(H) + int64_t(dir) * H + unit;
+    float gx_next = gx[gx_at];
     float c = 0.f;
     cluster.sync();  // every block running, barriers initialised and h_{-1} zeroed
 
@@ -189,7 +202,8 @@ __global__ void __launch_bounds__(kClusterThreads, 1)
         // full[cur]'s previous phase (step - 2) completed before the wait above.
         if (threadIdx.x == 0) mbarrier_arrive_expect_tx(full_local + cur * kBarBytes, kBufBytes);
         const float gx_cur = gx_next;
-        if (step + 1 < T) gx_next = gx_at(step + 1);
+        gx_at += gx_stride;
+        if (step + 1 < T) gx_next = gx[gx_at];
         const float4* h = h_buf[prev];
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -203,31 +217,37 @@ __global__ void __launch_bounds__(kClusterThreads, 1)
                 acc[g] = fmaf(w[g][v].w, hv.w, acc[g]);
             }
         }
-        // Sum over the 16 lanes: lanes with bit 3 set keep gates (2, 3), the
-        // others (0, 1); then bit 2 picks one gate; bits 1, 0 finish the sum.
-        const bool hi = sub & 8, mid = sub & 4;
+        // Sum over the unit's lanes: lanes with the top bit set keep gates
+        // (2, 3), the others (0, 1); the next bit picks one gate; the
+        // remaining bits finish the sum.
+        constexpr int kHalf = kLanesPerUnit / 2, kQuarter = kLanesPerUnit / 4;
+        const bool hi = sub & kHalf, mid = sub & kQuarter;
         const float b0 =
-            (hi ? acc[2] : acc[0]) + __shfl_xor_sync(0xffffffffu, hi ? acc[0] : acc[2], 8);
+            (hi ? acc[2] : acc[0]) + __shfl_xor_sync(0xffffffffu, hi ? acc[0] : acc[2], kHalf);
         const float b1 =
-            (hi ? acc[3] : acc[1]) + __shfl_xor_sync(0xffffffffu, hi ? acc[1] : acc[3], 8);
-        float sum = (mid ? b1 : b0) + __shfl_xor_sync(0xffffffffu, mid ? b0 : b1, 4);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            (hi ? acc[3] : acc[1]) + __shfl_xor_sync(0xffffffffu, hi ? acc[1] : acc[3], kHalf);
+        float sum = (mid ? b1 : b0) + __shfl_xor_sync(0xffffffffu, mid ? b0 : b1, kQuarter);
+#pragma unroll
+        for (int off = kQuarter / 2; off > 0; off /= 2) {
+            sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        }
         const float pre = sum + gx_cur;
         const float act = gate_activation(pre, gate == 2);
-        const float i_g = __shfl_sync(0xffffffffu, act, 0, kLanesPerUnit);
-        const float f_g = __shfl_sync(0xffffffffu, act, 4, kLanesPerUnit);
-        const float g_g = __shfl_sync(0xffffffffu, act, 8, kLanesPerUnit);
-        const float o_g = __shfl_sync(0xffffffffu, act, 12, kLanesPerUnit);
+        const float i_g = __shfl_sync(0xffffffffu, act, 0 * kLanesPerGate, kLanesPerUnit);
+        const float f_g = __shfl_sync(0xffffffffu, act, 1 * kLanesPerGate, kLanesPerUnit);
+        const float g_g = __shfl_sync(0xffffffffu, act, 2 * kLanesPerGate, kLanesPerUnit);
+        const float o_g = __shfl_sync(0xffffffffu, act, 3 * kLanesPerGate, kLanesPerUnit);
         c = f_g * c + i_g * g_g;
         const float h_new = o_g * tanhf(c);
-        if (sub < kBlocks) {
-            st_async_f32(h_remote + cur * kBufBytes, h_new, full_remote + cur * kBarBytes);
+#pragma unroll
+        for (int i = 0; i < kSends; ++i) {
+            if (sub + kLanesPerUnit * i < kBlocks) {
+                st_async_f32(h_remote[i] + cur * kBufBytes, h_new,
+                             full_remote[i] + cur * kBarBytes);
+            }
         }
-        if (sub == kLanesPerUnit - 1) {
-            const int t = dir == 0 ? step : T - 1 - step;
-            out[int64_t(t) * 2 * H + int64_t(dir) * H + unit] = h_new;
-        }
+        if (sub == kLanesPerUnit - 1) out[out_at] = h_new;
+        out_at += out_stride;
     }
     // Every block has received the last step before any block exits.
     mbarrier_wait_parity(full_local + ((T - 1) & 1) * kBarBytes, uint32_t((T - 1) >> 1) & 1u);
@@ -273,15 +293,17 @@ __global__ void lstm_block_kernel(const float* gx, const float* w_hh, float* out
     }
 }
 
-// The cluster launch for lstm_cluster_kernel<H>: 2 clusters of H / 32 blocks.
-cudaLaunchConfig_t cluster_config(int H, cudaStream_t stream, cudaLaunchAttribute* attr) {
+// The cluster launch for lstm_cluster_kernel<H, Units>: 2 clusters of
+// H / Units blocks.
+template <int H, int Units>
+cudaLaunchConfig_t cluster_config(cudaStream_t stream, cudaLaunchAttribute* attr) {
     attr->id = cudaLaunchAttributeClusterDimension;
-    attr->val.clusterDim.x = unsigned(H / kUnitsPerBlock);
+    attr->val.clusterDim.x = unsigned(H / Units);
     attr->val.clusterDim.y = 1;
     attr->val.clusterDim.z = 1;
     cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(unsigned(2 * H / kUnitsPerBlock));
-    config.blockDim = dim3(kClusterThreads);
+    config.gridDim = dim3(unsigned(2 * H / Units));
+    config.blockDim = dim3(unsigned(Units * kLanesPerUnit));
     config.dynamicSmemBytes = 0;
     config.stream = stream;
     config.attrs = attr;
@@ -289,44 +311,68 @@ cudaLaunchConfig_t cluster_config(int H, cudaStream_t stream, cudaLaunchAttribut
     return config;
 }
 
-// Whether lstm_cluster_kernel<H> can run here: the device launches clusters,
-// the kernel was compiled for sm_90 or newer (else its body is empty), and at
-// least one cluster of its shape fits on the device.
-template <int H>
+// Whether lstm_cluster_kernel<H, Units> can run here: the device launches
+// clusters, the kernel was compiled for sm_90 or newer (else its body is
+// empty), and at least one cluster of its shape fits on the device (beyond
+// 8 blocks, a non-portable size, where the device allows it).
+template <int H, int Units>
 bool cluster_path_usable(cudaStream_t stream) {
     int device = 0, cluster_launch = 0;
     KOKORO_CUDA_CHECK(cudaGetDevice(&device));
     KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device));
     if (!cluster_launch) return false;
+    const auto kernel = lstm_cluster_kernel<H, Units>;
     cudaFuncAttributes attributes{};
-    KOKORO_CUDA_CHECK(cudaFuncGetAttributes(&attributes, lstm_cluster_kernel<H>));
+    KOKORO_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
     if (attributes.ptxVersion < 90 || attributes.binaryVersion < 90) return false;
+    // A device that refuses the size answers with an error, which is an
+    // answer here, not a failure: cleared, and the next shape is tried.
+    if (H / Units > 8 &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+            cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
     cudaLaunchAttribute attr{};
-    const cudaLaunchConfig_t config = cluster_config(H, stream, &attr);
+    const cudaLaunchConfig_t config = cluster_config<H, Units>(stream, &attr);
     int clusters = 0;
-    KOKORO_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, lstm_cluster_kernel<H>, &config));
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
     return clusters > 0;
 }
 
-// Runs the cluster path when usable; false when the caller must fall back.
-template <int H>
+// Runs lstm_cluster_kernel<H, Units> when usable; false if not.
+template <int H, int Units>
 bool launch_cluster(const float* gx, const float* w_hh, float* out, int T, cudaStream_t stream) {
-    if (!cluster_path_usable<H>(stream)) return false;
+    if (!cluster_path_usable<H, Units>(stream)) return false;
     cudaLaunchAttribute attr{};
-    const cudaLaunchConfig_t config = cluster_config(H, stream, &attr);
+    const cudaLaunchConfig_t config = cluster_config<H, Units>(stream, &attr);
     const cudaError_t launched =
-        cudaLaunchKernelEx(&config, lstm_cluster_kernel<H>, gx, w_hh, out, T);
+        cudaLaunchKernelEx(&config, lstm_cluster_kernel<H, Units>, gx, w_hh, out, T);
     KOKORO_CHECK_LAUNCH("lstm_cluster_kernel");  // reads and clears the launch's own error
     KOKORO_CUDA_CHECK(launched);
     return true;
 }
 
+// The widest usable cluster of at most max_blocks blocks; false when the
+// caller must fall back.
+template <int H>
+bool launch_widest_cluster(const float* gx, const float* w_hh, float* out, int T, int max_blocks,
+                           cudaStream_t stream) {
+    return (H / kUnitsWide <= max_blocks &&
+            launch_cluster<H, kUnitsWide>(gx, w_hh, out, T, stream)) ||
+           (H / kUnitsPortable <= max_blocks &&
+            launch_cluster<H, kUnitsPortable>(gx, w_hh, out, T, stream));
+}
+
 bool launch_cluster_any(int H, const float* gx, const float* w_hh, float* out, int T,
-                        cudaStream_t stream) {
+                        int max_blocks, cudaStream_t stream) {
     switch (H) {
-        case 64: return launch_cluster<64>(gx, w_hh, out, T, stream);
-        case 128: return launch_cluster<128>(gx, w_hh, out, T, stream);
-        case 256: return launch_cluster<256>(gx, w_hh, out, T, stream);
+        case 64: return launch_widest_cluster<64>(gx, w_hh, out, T, max_blocks, stream);
+        case 128: return launch_widest_cluster<128>(gx, w_hh, out, T, max_blocks, stream);
+        case 256: return launch_widest_cluster<256>(gx, w_hh, out, T, max_blocks, stream);
         default: return false;
     }
 }
@@ -337,10 +383,10 @@ int64_t lstm_scratch_floats(int T, int H) { return int64_t(T) * 8 * H; }
 
 void lstm_bidirectional(cublasHandle_t handle, const float* x, const float* w_ih,
                         const float* w_hh, const float* b, float* out, int T, int In, int H,
-                        float* scratch, cudaStream_t stream) {
+                        float* scratch, cudaStream_t stream, int max_cluster_blocks) {
     if (T == 0) return;
     linear(handle, x, w_ih, b, scratch, T, In, 8 * H, stream);
-    if (launch_cluster_any(H, scratch, w_hh, out, T, stream)) return;
+    if (launch_cluster_any(H, scratch, w_hh, out, T, max_cluster_blocks, stream)) return;
     const size_t shared_bytes = size_t(6) * H * sizeof(float);
     if (shared_bytes > 48 * 1024) {
         KOKORO_CUDA_CHECK(cudaFuncSetAttribute(lstm_block_kernel,

@@ -353,9 +353,11 @@ float conv_transpose_weight_to_half_rows(const float* src, __half* dst, int Cin,
 // (b_ih + b_hh folded at load); out [T, 2H] (forward half then reverse half).
 // The input projection is one GEMM for both directions; the whole time loop
 // runs on the device. `scratch` holds at least lstm_scratch_floats(T, H).
+// max_cluster_blocks caps the cluster path's blocks per direction (lstm.cu;
+// the tests pin 8, the portable cluster size, to run its narrower shape).
 void lstm_bidirectional(cublasHandle_t handle, const float* x, const float* w_ih,
                         const float* w_hh, const float* b, float* out, int T, int In, int H,
-                        float* scratch, cudaStream_t stream);
+                        float* scratch, cudaStream_t stream, int max_cluster_blocks = 16);
 int64_t lstm_scratch_floats(int T, int H);
 
 // ------------------------------------------------------------- attention.cu
