@@ -60,6 +60,7 @@ namespace kokoro {
 namespace {
 
 constexpr size_t kArenaAlignFloats = 64;  // 256 bytes
+constexpr size_t kNoOffset = ~size_t(0);   // a tensor without an fp32 copy
 const char* const kLstmParams[] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -270,10 +271,20 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
                     throw WeightsError("LSTM " + prefix + " has mismatched shapes");
             }
         }
-        LstmOffsets lo{place(2 * expect[0]), place(2 * expect[1]), place(2 * gates), in, hidden};
+        LstmOffsets lo{split_linears ? kNoOffset : place(2 * expect[0]), place(2 * expect[1]),
+                       place(2 * gates), in, hidden};
+        if (split_linears) {
+            std::vector<float> w_ih(2 * size_t(expect[0]));
+            for (int dir = 0; dir < 2; ++dir) {
+                std::copy_n(t[dir][0]->data, expect[0], w_ih.begin() + dir * expect[0]);
+            }
+            place_split(prefix + ".weight_ih", w_ih.data(), 2 * gates, in);
+        }
         std::vector<float> bias(2 * gates);
         for (int dir = 0; dir < 2; ++dir) {
-            pieces.push_back({lo.w_ih + dir * expect[0], t[dir][0]->data, expect[0]});
+            if (!split_linears) {
+                pieces.push_back({lo.w_ih + dir * expect[0], t[dir][0]->data, expect[0]});
+            }
             pieces.push_back({lo.w_hh + dir * expect[1], t[dir][1]->data, expect[1]});
             for (int64_t g = 0; g < gates; ++g) {
                 bias[dir * gates + g] =
@@ -370,7 +381,8 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
         }
     }
     for (const auto& [prefix, lo] : lstm_offsets) {
-        lstms_[prefix] = {arena + lo.w_ih, arena + lo.w_hh, arena + lo.b, lo.in, lo.hidden};
+        const float* w_ih = lo.w_ih == kNoOffset ? nullptr : arena + lo.w_ih;
+        lstms_[prefix] = {w_ih, arena + lo.w_hh, arena + lo.b, lo.in, lo.hidden};
     }
     for (int half = 0; half < 2; ++half) {
         banks_[half].weight = arena + bank_offsets[half][0];
@@ -695,8 +707,21 @@ ops::SplitSums Context::linear_sums(const std::string& prefix, const float* x, f
 
 void Context::lstm(const std::string& prefix, const float* x, float* out, int T) const {
     const DeviceWeights::Lstm l = weights.lstm(prefix);
-    float* scratch = floats("ops.scratch", ops::lstm_scratch_floats(T, l.hidden));
-    ops::lstm_bidirectional(blas, x, l.w_ih, l.w_hh, l.b, out, T, l.in, l.hidden, scratch, stream);
+    if (l.w_ih != nullptr) {
+        float* scratch = floats("ops.scratch", ops::lstm_scratch_floats(T, l.hidden));
+        ops::lstm_bidirectional(blas, x, l.w_ih, l.w_hh, l.b, out, T, l.in, l.hidden, scratch,
+                                stream);
+        return;
+    }
+    // Both directions' input projections as one split linear (its scratch
+    // takes "ops.scratch"), then the recurrence.
+    const int gates = 8 * l.hidden;
+    const DeviceWeights::SplitLinear w = weights.get_split_linear(prefix + ".weight_ih", gates, l.in);
+    float* gx = floats("lstm.gates", ops::lstm_scratch_floats(T, l.hidden));
+    float* scratch = floats("ops.scratch", ops::linear_split_half_scratch_floats(T, l.in, gates));
+    ops::linear_split_half(x, split_input(T, l.in), w.w, w.scale, l.b, gx, T, l.in, gates, scratch,
+                           stream);
+    ops::lstm_recurrence(gx, l.w_hh, out, T, l.hidden, stream);
 }
 
 // ----------------------------------------------------------------------- Lane

@@ -386,14 +386,20 @@ void lstm_bidirectional(cublasHandle_t handle, const float* x, const float* w_ih
                         float* scratch, cudaStream_t stream, int max_cluster_blocks) {
     if (T == 0) return;
     linear(handle, x, w_ih, b, scratch, T, In, 8 * H, stream);
-    if (launch_cluster_any(H, scratch, w_hh, out, T, max_cluster_blocks, stream)) return;
+    lstm_recurrence(scratch, w_hh, out, T, H, stream, max_cluster_blocks);
+}
+
+void lstm_recurrence(const float* gx, const float* w_hh, float* out, int T, int H,
+                     cudaStream_t stream, int max_cluster_blocks) {
+    if (T == 0) return;
+    if (launch_cluster_any(H, gx, w_hh, out, T, max_cluster_blocks, stream)) return;
     const size_t shared_bytes = size_t(6) * H * sizeof(float);
     if (shared_bytes > 48 * 1024) {
         KOKORO_CUDA_CHECK(cudaFuncSetAttribute(lstm_block_kernel,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                int(shared_bytes)));
     }
-    lstm_block_kernel<<<2, kFallbackThreads, shared_bytes, stream>>>(scratch, w_hh, out, T, H);
+    lstm_block_kernel<<<2, kFallbackThreads, shared_bytes, stream>>>(gx, w_hh, out, T, H);
     KOKORO_CHECK_LAUNCH("lstm_block_kernel");
 }
 

@@ -131,8 +131,10 @@ public:
     HalfConv get_half(const std::string& name, int64_t numel) const;
     // The linear weights kept as split FP16 only where the form is kRounded
     // (precision "fast": its token phase must still give fp32's durations,
-    // which TF32 or rounded FP16 would not): ALBERT's encoder linears and
-    // bert_encoder. fp32 engines keep them for cublasSgemm.
+    // which TF32 or rounded FP16 would not): ALBERT's encoder linears,
+    // bert_encoder, and every LSTM's input projection (both directions
+    // stacked, as "<prefix>.weight_ih"). fp32 engines keep them for
+    // cublasSgemm.
     static bool split_linear(const std::string& name, size_t dims);
     struct SplitLinear {
         const __half* w;  // [2, out, ops::split_pitch(in)]: hi, lo
@@ -146,7 +148,7 @@ public:
     SplitLinear get_split_linear(const std::string& name, int out, int in) const;
 
     struct Lstm {
-        const float* w_ih;  // [2, 4H, In]
+        const float* w_ih;  // [2, 4H, In]; null where kept as split FP16 only
         const float* w_hh;  // [2, 4H, H]
         const float* b;     // [2, 4H], b_ih + b_hh
         int in;

@@ -359,6 +359,11 @@ void lstm_bidirectional(cublasHandle_t handle, const float* x, const float* w_ih
                         const float* w_hh, const float* b, float* out, int T, int In, int H,
                         float* scratch, cudaStream_t stream, int max_cluster_blocks = 16);
 int64_t lstm_scratch_floats(int T, int H);
+// The recurrence alone, on input projections gx [T, 8H] (both directions'
+// gates, bias included) computed by the caller: lstm_bidirectional's second
+// half.
+void lstm_recurrence(const float* gx, const float* w_hh, float* out, int T, int H,
+                     cudaStream_t stream, int max_cluster_blocks = 16);
 
 // ------------------------------------------------------------- attention.cu
 // Bidirectional multi-head attention on packed projections:
