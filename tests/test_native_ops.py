@@ -852,6 +852,13 @@ def test_attention(
     )
 
 
+def test_attention_longer_than_albert_positions(rng: np.random.Generator) -> None:
+    """A softmax row lives in one warp's registers: at most 512 keys (ALBERT's position table)."""
+    q, k, v = (f32(rng.standard_normal((513, 64))) for _ in range(3))
+    with pytest.raises(BackendError, match="513 positions, at most 512"):
+        gpu.attention(q, k, v, 1, 513)
+
+
 def test_attention_all_keys_masked(rng: np.random.Generator) -> None:
     q, k, v = (f32(rng.standard_normal((9, 128))) for _ in range(3))
     check(

@@ -18,8 +18,9 @@
 //     aligned for cuBLAS's vector loads), heads T * P floats apart.
 //  2. Per row: s / sqrt(D) (the reference's division, not a multiply by the
 //     reciprocal), keys >= valid_len get HF's additive mask -FLT_MAX, then
-//     exp(s - max) / sum, in place. One warp per row; the row stays in L1/L2
-//     between its three sweeps.
+//     exp(s - max) / sum, in place. One warp per row, held in its registers
+//     (T <= kMaxKeys, ALBERT's position table: one read and one write per
+//     score; three sweeps over memory took twice as long).
 //  3. O_h = P_h V_h, written straight into out's column slice.
 #include <cfloat>
 #include <cmath>
@@ -32,7 +33,8 @@
 namespace kokoro::ops {
 namespace {
 
-constexpr int kWarps = 8;  // rows per block of the softmax
+constexpr int kWarps = 8;       // rows per block of the softmax
+constexpr int kMaxKeys = 512;   // a softmax row in registers: 16 per lane
 
 // Row pitch of the score matrix.
 int score_pitch(int T) { return (T + 3) / 4 * 4; }
@@ -44,8 +46,10 @@ __device__ __forceinline__ float masked_score(float s, int j, int valid_len, flo
     return s;
 }
 
-// In place over `rows` rows of T scores at row pitch `pitch`: raw dot
-// products in, attention probabilities out.
+// In place over `rows` rows of T <= 32 kPerLane scores at row pitch `pitch`:
+// raw dot products in, attention probabilities out. Lane l holds keys l +
+// 32 i.
+template <int kPerLane>
 __global__ void masked_softmax_rows_kernel(float* scores, int rows, int T, int pitch,
                                            int valid_len, float scale_div) {
     await_producers();
@@ -54,17 +58,37 @@ __global__ void masked_softmax_rows_kernel(float* scores, int rows, int T, int p
     if (row >= rows) return;  // whole warps leave together
     const int lane = threadIdx.x % 32;
     float* r = scores + int64_t(row) * pitch;
+    float s[kPerLane];
     float m = -INFINITY;
-    for (int j = lane; j < T; j += 32) m = fmaxf(m, masked_score(r[j], j, valid_len, scale_div));
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        const int j = lane + 32 * i;
+        s[i] = j < T ? masked_score(r[j], j, valid_len, scale_div) : -INFINITY;
+        m = fmaxf(m, s[i]);
+    }
     for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
     float sum = 0.f;
-    for (int j = lane; j < T; j += 32) {
-        const float e = expf(masked_score(r[j], j, valid_len, scale_div) - m);
-        r[j] = e;
-        sum += e;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        s[i] = lane + 32 * i < T ? expf(s[i] - m) : 0.f;
+        sum += s[i];
     }
     for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    for (int j = lane; j < T; j += 32) r[j] = r[j] / sum;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        if (lane + 32 * i < T) r[lane + 32 * i] = s[i] / sum;
+    }
+}
+
+// The softmax launch for T keys: the smallest row held in registers.
+void masked_softmax_rows(float* scores, int rows, int T, int pitch, int valid_len,
+                         float scale_div, cudaStream_t stream) {
+    const dim3 grid(unsigned((rows + kWarps - 1) / kWarps)), block(kWarps * 32);
+    const auto kernel = T <= 128   ? masked_softmax_rows_kernel<4>
+                        : T <= 256 ? masked_softmax_rows_kernel<8>
+                                   : masked_softmax_rows_kernel<kMaxKeys / 32>;
+    launch_dependent(kernel, grid, block, 0, stream, "masked_softmax_rows_kernel", scores, rows,
+                     T, pitch, valid_len, scale_div);
 }
 
 }  // namespace
@@ -78,6 +102,10 @@ void attention(cublasHandle_t handle, const float* q, const float* k, const floa
                cudaStream_t stream) {
     if (T <= 0 || heads <= 0) return;
     if (head_dim <= 0) throw CudaError("attention: head_dim " + std::to_string(head_dim));
+    if (T > kMaxKeys) {
+        throw CudaError("attention: " + std::to_string(T) + " positions, at most " +
+                        std::to_string(kMaxKeys));
+    }
     const int D = head_dim, width = heads * head_dim, pitch = score_pitch(T);
     if (ld_qkv < width) {
         throw CudaError("attention: row pitch " + std::to_string(ld_qkv) + " < heads * head_dim " +
@@ -87,10 +115,7 @@ void attention(cublasHandle_t handle, const float* q, const float* k, const floa
     // S_h [T, T] = Q_h [T, D] @ K_h^T (K_h stored [T, D]).
     matmul_batched(handle, false, true, T, T, D, q, ld_qkv, D, k, ld_qkv, D, 0.f, scratch, pitch,
                    head_scores, heads, stream);
-    const int rows = heads * T;
-    launch_dependent(masked_softmax_rows_kernel, dim3(unsigned((rows + kWarps - 1) / kWarps)),
-                     dim3(kWarps * 32), 0, stream, "masked_softmax_rows_kernel", scratch, rows, T,
-                     pitch, valid_len, sqrtf(float(D)));
+    masked_softmax_rows(scratch, heads * T, T, pitch, valid_len, sqrtf(float(D)), stream);
     // O_h [T, D] = P_h [T, T] @ V_h [T, D].
     matmul_batched(handle, false, false, T, D, T, scratch, pitch, head_scores, v, ld_qkv, D, 0.f,
                    out, width, D, heads, stream);
