@@ -680,16 +680,20 @@ void Context::linear(const std::string& prefix, const float* x, float* y, int ro
     const std::string weight = prefix + ".weight";
     const float* b = with_bias ? weights.get(prefix + ".bias", out) : nullptr;
     if (weights.has_split_linear(weight)) {
-        const DeviceWeights::SplitLinear w = weights.get_split_linear(weight, out, in);
-        float* scratch =
-            floats("ops.scratch", ops::linear_split_half_scratch_floats(rows, in, out));
-        ops::linear_split_half(x, split_input(rows, in), w.w, w.scale, b, y, rows, in, out,
-                               scratch, stream, beta);
+        split_linear(weight, x, b, y, rows, in, out, beta);
         return;
     }
     if (x == nullptr) throw std::logic_error(prefix + ": a split input needs its split weight");
     ops::linear(blas, x, weights.get(weight, int64_t(out) * in), b, y, rows, in, out, stream, beta,
                 gemm_math());
+}
+
+void Context::split_linear(const std::string& weight, const float* x, const float* b, float* y,
+                           int rows, int in, int out, float beta) const {
+    const DeviceWeights::SplitLinear w = weights.get_split_linear(weight, out, in);
+    float* scratch = floats("ops.scratch", ops::linear_split_half_scratch_floats(rows, in, out));
+    ops::linear_split_half(x, split_input(rows, in), w.w, w.scale, b, y, rows, in, out, scratch,
+                           stream, beta);
 }
 
 ops::SplitSums Context::linear_sums(const std::string& prefix, const float* x, float* y,
@@ -715,12 +719,8 @@ void Context::lstm(const std::string& prefix, const float* x, float* out, int T)
     }
     // Both directions' input projections as one split linear (its scratch
     // takes "ops.scratch"), then the recurrence.
-    const int gates = 8 * l.hidden;
-    const DeviceWeights::SplitLinear w = weights.get_split_linear(prefix + ".weight_ih", gates, l.in);
     float* gx = floats("lstm.gates", ops::lstm_scratch_floats(T, l.hidden));
-    float* scratch = floats("ops.scratch", ops::linear_split_half_scratch_floats(T, l.in, gates));
-    ops::linear_split_half(x, split_input(T, l.in), w.w, w.scale, l.b, gx, T, l.in, gates, scratch,
-                           stream);
+    split_linear(prefix + ".weight_ih", x, l.b, gx, T, l.in, 8 * l.hidden);
     ops::lstm_recurrence(gx, l.w_hh, out, T, l.hidden, stream);
 }
 

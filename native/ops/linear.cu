@@ -15,13 +15,14 @@
 // is undone in the epilogue, exactly. The kernel is a plain mma.sync GEMM:
 // 64 x 64 output tiles, 4 warps of 32 x 32, one 64-wide reduction chunk per
 // pipeline step: its four tiles (x_hi, x_lo, w_hi, w_lo; 3 cp.async stages,
-// 144-byte padded shared rows: ldmatrix conflict-free) each loaded once for
+// or 2 where that fits a grid in one wave (plan); 144-byte padded shared
+// rows: ldmatrix conflict-free) each loaded once for
 // the three products (L2 bound otherwise: one product's two tiles per step
 // was 1.5x the traffic); each chunk's sums then move from the MMA
 // accumulators into fp32 registers.
 // ALBERT's shapes give few tiles (12 - 36 at 32 rows), and a block's steps
 // are bound by the latency of its copies, so the reduction is split over
-// blocks up to a wave of two blocks per SM; the splits' sums are then
+// blocks up to one wave of resident blocks; the splits' sums are then
 // added in a fixed order (deterministic) by split_sum_kernel, or by the op
 // that reads the output (ops::SplitSums: ALBERT's GELU, one kernel fewer).
 // An operand can also come split already (x null: gelu_new_split wrote it).
@@ -328,7 +329,7 @@ SplitSums split_gemm_sums(const float* x, __half* x_split, const __half* w_split
     float* partial = p.splits > 1 ? scratch : nullptr;
     const dim3 grid(unsigned((out + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile),
                     unsigned(p.splits));
-    // plan() set both instantiations' shared memory sizes.
+    // plan() set the chosen instantiation's shared memory size.
     launch_dependent(p.stages == 2 ? linear_split_kernel<2> : linear_split_kernel<3>, grid,
                      dim3(kThreads), smem_bytes(p.stages), stream, "linear_split_kernel",
                      Args{x_split, w_split, b, y, partial, w_scale, beta, rows, out, pitch,

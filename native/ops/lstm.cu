@@ -1,8 +1,10 @@
 // Bidirectional single-layer LSTM.
 //
 // The input projection of both directions is one GEMM (w_ih [2, 4H, In] is a
-// [8H, In] matrix; the folded bias rides along): gx [T, 8H] in `scratch`.
-// The recurrence is then one launch that loops over all T steps on the device.
+// [8H, In] matrix; the folded bias rides along): gx [T, 8H] in `scratch`
+// (lstm_bidirectional; the engine's fast precision computes gx as a split
+// FP16 linear itself and calls lstm_recurrence). The recurrence is then one
+// launch that loops over all T steps on the device.
 // Its cost is per step, so its latency is what matters; two paths:
 //
 // - Cluster path (sm_90+, H in {64, 128, 256}): one thread-block cluster
@@ -30,7 +32,8 @@
 //   H = 256: ~0.57 us per step (16 lanes per unit and 32 units per block:
 //   0.75; the same with a cluster barrier per step instead of the
 //   mbarriers: 1.2; 8 lanes per unit, 32 units: ~0.62; a warp per unit:
-//   1.05).
+//   1.05; a warp's 4 new h values as one 16-byte st.async per block: the
+//   gathering shuffles cost more than the fewer arrivals save).
 // - Fallback (no clusters, other H): one block per direction; each warp
 //   computes whole gate rows of W_hh @ h with lanes striding the contiguous
 //   row, so W_hh (1 MB per direction at H = 256) streams from L2 every step;
@@ -72,7 +75,7 @@ __device__ float sigmoid(float x) {
 // A gate's nonlinearity: sigmoid, or tanh for the cell input g, as 2
 // sigmoid(2x) - 1 (exact identity; ~1e-7 absolute rounding): the same
 // instructions for every gate, so the cluster path's lanes, one gate per
-// quad, do not diverge (the two paths had cost ~10% of the step).
+// lane pair, do not diverge (the two paths had cost ~10% of the step).
 __device__ float gate_activation(float pre, bool cell_input) {
     const float s = sigmoid(cell_input ? 2.f * pre : pre);
     return cell_input ? 2.f * s - 1.f : s;

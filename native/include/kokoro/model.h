@@ -384,6 +384,10 @@ struct Context {
     // x null: the input is in split_input(rows, in) already (a split linear's).
     void linear(const std::string& prefix, const float* x, float* y, int rows, int in, int out,
                 float beta = 0.f, bool with_bias = true) const;
+    // The same on split FP16 weight `weight` (DeviceWeights::split_linear)
+    // with bias b (may be null); its scratch takes "ops.scratch".
+    void split_linear(const std::string& weight, const float* x, const float* b, float* y,
+                      int rows, int in, int out, float beta = 0.f) const;
     // The split FP16 operand buffer of the split linears (workspace slot
     // "ops.split_rows"): where an op writes a split linear's input itself.
     __half* split_input(int rows, int in) const {
