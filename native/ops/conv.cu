@@ -1094,26 +1094,27 @@ void conv_weight_to_device_layout(const float* src, float* dst, int64_t A, int B
 
 float conv_weight_to_half_rows(const float* src, __half* dst, int64_t A, int K, int B,
                                HalfOperands form) {
-    const int ld = half_rows_pitch(B);
-    const float up = half_weight_upscale(src, A * K * B);
-    __half* lo = form == HalfOperands::kSplit ? dst + A * K * ld : nullptr;
-    for (int64_t r = 0; r < A * K; ++r) {
-        for (int i = 0; i < ld; ++i) {
-            const float v = i < B ? src[r * B + i] * up : 0.f;  // exact: a power of two
-            const __half hi = __float2half_rn(v);
-            dst[r * ld + i] = hi;
-            if (lo != nullptr) lo[r * ld + i] = __float2half_rn(v - __half2float(hi));
+    return weight_rows_to_half(src, dst, A * K, B, half_rows_pitch(B), form);
+}
+
+float weight_rows_to_half(const float* src, __half* dst, int64_t rows, int cols, int pitch,
+                          HalfOperands form) {
+    float most = 0.f;
+    for (int64_t i = 0; i < rows * cols; ++i) most = std::max(most, std::fabs(src[i]));
+    int exponent = 0;  // most = f * 2^exponent, f in [0.5, 1)
+    std::frexp(most, &exponent);
+    const float up = most > 0.f ? std::ldexp(1.f, std::clamp(14 - exponent, -100, 100)) : 1.f;
+    __half* lo = form == HalfOperands::kSplit ? dst + rows * pitch : nullptr;
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int i = 0; i < pitch; ++i) {
+            const float v = i < cols ? src[r * cols + i] * up : 0.f;  // exact: a power of two
+            __half hi, rest;
+            split_half(v, hi, rest);
+            dst[r * pitch + i] = hi;
+            if (lo != nullptr) lo[r * pitch + i] = rest;
         }
     }
     return 1.f / up;  // exact: a power of two
-}
-
-float half_weight_upscale(const float* w, int64_t n) {
-    float most = 0.f;
-    for (int64_t i = 0; i < n; ++i) most = std::max(most, std::fabs(w[i]));
-    int exponent = 0;  // most = f * 2^exponent, f in [0.5, 1)
-    std::frexp(most, &exponent);
-    return most > 0.f ? std::ldexp(1.f, std::clamp(14 - exponent, -100, 100)) : 1.f;
 }
 
 int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation) {

@@ -293,18 +293,7 @@ void linear(cublasHandle_t handle, const float* x, const float* w, const float* 
 }
 
 float linear_weight_to_split_half(const float* w, __half* dst, int out, int in) {
-    const float up = half_weight_upscale(w, int64_t(out) * in);
-    const int pitch = split_pitch(in);
-    __half* lo = dst + int64_t(out) * pitch;
-    for (int64_t r = 0; r < out; ++r) {
-        for (int k = 0; k < pitch; ++k) {
-            const float v = k < in ? w[r * in + k] * up : 0.f;  // exact: a power of two
-            const __half hi = __float2half_rn(v);
-            dst[r * pitch + k] = hi;
-            lo[r * pitch + k] = __float2half_rn(v - __half2float(hi));
-        }
-    }
-    return 1.f / up;  // exact: a power of two
+    return weight_rows_to_half(w, dst, out, in, split_pitch(in), HalfOperands::kSplit);
 }
 
 int64_t linear_split_half_scratch_floats(int rows, int in, int out) {

@@ -32,8 +32,8 @@ inline dim3 half_rows_grid(int C, int T) {
 }
 
 // v as split FP16 operands (ops::HalfOperands::kSplit): hi = fp16(v), lo =
-// fp16(v - hi).
-__device__ inline void split_half(float v, __half& hi, __half& lo) {
+// fp16(v - hi). Host too: the weights are split at upload.
+__host__ __device__ inline void split_half(float v, __half& hi, __half& lo) {
     hi = __float2half_rn(v);
     lo = __float2half_rn(v - __half2float(hi));
 }

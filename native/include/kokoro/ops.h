@@ -73,7 +73,7 @@ constexpr int kSplitChunk = 64;
 // Row pitch (in halves) of each part of a split operand with `in` columns.
 inline int split_pitch(int in) { return kSplitChunk * ((in + kSplitChunk - 1) / kSplitChunk); }
 // Host-side: w [out, in] -> dst [2, out, split_pitch(in)] (hi, then lo),
-// stored times half_weight_upscale(w); returns its inverse (exact).
+// stored as weight_rows_to_half stores it; returns its w_scale (exact).
 float linear_weight_to_split_half(const float* w, __half* dst, int out, int in);
 // y[rows, out] = (x[rows, in] @ w^T) * w_scale (+ beta * y) (+ b[out]), w as
 // linear_weight_to_split_half stores it; x_split: 2 * rows *
@@ -301,9 +301,12 @@ int conv1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int pad, int
 // the conv multiplies its sums by (exact). dst: half_parts(form) * A * K * ld.
 float conv_weight_to_half_rows(const float* src, __half* dst, int64_t A, int K, int B,
                                HalfOperands form);
-// Host-side: the power of two that brings max |w| of w[0, n) into [2^13,
-// 2^14), the scaling of every FP16 weight (1 for an all-zero w).
-float half_weight_upscale(const float* w, int64_t n);
+// Host-side, the FP16 weights' one conversion: src [rows, cols] (fp32) ->
+// dst [half_parts(form), rows, pitch] (pitch >= cols, pad columns zero;
+// kSplit: hi, then lo), times the power of two that brings max |src| into
+// [2^13, 2^14) (1 for an all-zero src). Returns its inverse (exact).
+float weight_rows_to_half(const float* src, __half* dst, int64_t rows, int cols, int pitch,
+                          HalfOperands form);
 int64_t conv1d_scratch_floats(int Cin, int Cout, int Tin, int K, int stride, int pad,
                               int dilation, int groups);
 // ConvTranspose1d: x [Cin, Tin] -> y [Cout, Tout],
