@@ -520,7 +520,10 @@ def test_conv1d_statistics_partials(rng: np.random.Generator, case: tuple[int, .
     the time axis in order, each holds its piece's count, sum and squared deviations of y
     as stored (float64), and AdaIN from them writes what AdaIN's own statistics pass
     writes. A reduction split over blocks (the 1090-channel case) has its sum kernel
-    write them, one per 256 steps."""
+    write them, one per 256 steps. The conv epilogue's partials (128 values each) are
+    summed in float32: within 1e-6 of the piece's absolute sum, the squared deviations
+    within 1e-5; so AdaIN from them may round a value to the neighbouring FP16 step
+    (rounded half rows), and matches to float32 level with split ones."""
     c_in, c_out, t_in, k, pad, dilation = case
     x = f32(rng.standard_normal((c_in, t_in)) + 0.3)
     w = f32(rng.standard_normal((c_out, c_in, k)) / math.sqrt(c_in * k))
@@ -536,17 +539,19 @@ def test_conv1d_statistics_partials(rng: np.random.Generator, case: tuple[int, .
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     y64 = f64(y)
     sums = np.add.reduceat(y64, starts, axis=1)
-    np.testing.assert_allclose(parts[:, :, 1], sums, rtol=1e-12, atol=1e-12 * np.abs(sums).max())
+    abs_sums = np.add.reduceat(np.abs(y64), starts, axis=1)
+    assert np.all(np.abs(parts[:, :, 1] - sums) <= 1e-6 * abs_sums)
     piece_means = np.repeat(sums / counts, lengths, axis=1)
     m2 = np.add.reduceat((y64 - piece_means) ** 2, starts, axis=1)
-    np.testing.assert_allclose(parts[:, :, 2], m2, rtol=1e-10)
+    np.testing.assert_allclose(parts[:, :, 2], m2, rtol=1e-5)
     style = f32(rng.standard_normal(2 * c_out) * 0.5)
     alpha = f32(rng.uniform(0.2, 2.0, c_out))
     split = math_name.startswith("fp16x3")
     own = gpu.adain(y, style, "snake", 0.2, alpha, half_rows=True, split=split)
     given = gpu.adain(y, style, "snake", 0.2, alpha, half_rows=True, split=split, partials=parts)
     values = (given[0] + given[1]) if split else given
-    check(f"adain from conv partials {math_name} {case}", values, (own[0] + own[1]) if split else own, 1e-6)
+    own_values = (own[0] + own[1]) if split else own
+    check(f"adain from conv partials {math_name} {case}", values, own_values, 1e-6 if split else 2.0**-11)
     want = ref.adain(y64, f64(style), "snake", 0.2, f64(alpha))
     check(
         f"adain from conv partials {math_name} {case} vs float64",
@@ -576,7 +581,8 @@ def test_conv1d_out_scale(rng: np.random.Generator, case: tuple[int, ...], math_
     lengths = parts[0, :, 0].astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     sums = np.add.reduceat(f64(y), starts, axis=1)
-    np.testing.assert_allclose(parts[:, :, 1], sums, rtol=1e-12, atol=1e-12 * np.abs(sums).max())
+    abs_sums = np.add.reduceat(np.abs(f64(y)), starts, axis=1)
+    assert np.all(np.abs(parts[:, :, 1] - sums) <= 1e-6 * abs_sums)  # float32 sums (see above)
 
 
 @pytest.mark.parametrize(

@@ -559,12 +559,12 @@ __device__ float* staged_tile(void* smem) {
 // accumulators left): one memory latency per block, where loading per row
 // would wait out one per row (in place, residual == y, no load can move
 // above an earlier store). Lane l holds the bias of the warp's row l. The
-// statistics take kRowBatch rows at a time, whose reductions interleave.
-constexpr int kRowBatch = 4;
+// values as stored replace the residuals in those registers, and the
+// statistics then take all the warp's rows at once (warp_partials).
 template <int kTile, int kThreads>
 __device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0, int c0) {
     constexpr int kWarps = kThreads / 32, kRows = kCoutTile / kWarps, kPerLane = kTile / 32;
-    static_assert(kRows <= 32 && kRows % kRowBatch == 0, "a lane holds one row's bias");
+    static_assert(kRows <= 32, "a lane holds one row's bias");
     const Output out(a, c0);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int lane_channel = c0 + warp + kWarps * lane;
@@ -572,40 +572,32 @@ __device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0, 
         lane < kRows && a.partial == nullptr && a.b != nullptr && lane_channel < a.Cout
             ? a.b[lane_channel]
             : 0.f;
-    float res[kRows][kPerLane];
+    float v[kRows][kPerLane];  // the residuals, then y
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
-            res[r][i] = out.residual_at(warp + kWarps * r, t0 + lane + 32 * i);
+            v[r][i] = out.residual_at(warp + kWarps * r, t0 + lane + 32 * i);
         }
     }
     __syncthreads();
 #pragma unroll
-    for (int r0 = 0; r0 < kRows; r0 += kRowBatch) {
-        if (warp + kWarps * r0 >= out.live_rows) break;  // rows ascend: the rest are past Cout
-        float v[kRowBatch][kPerLane];
+    for (int r = 0; r < kRows; ++r) {
+        const int row = warp + kWarps * r;
+        const float bias = __shfl_sync(0xffffffffu, lane_bias, r);
+        if (row >= out.live_rows) break;  // rows ascend: the rest are past Cout
 #pragma unroll
-        for (int b = 0; b < kRowBatch; ++b) {
-            const int r = warp + kWarps * (r0 + b);
-            const float bias = __shfl_sync(0xffffffffu, lane_bias, r0 + b);
-#pragma unroll
-            for (int i = 0; i < kPerLane; ++i) {
-                v[b][i] = out.store(r, t0 + lane + 32 * i,
-                                    tile[r * kStagedPitch<kTile> + lane + 32 * i], bias,
-                                    res[r0 + b][i]);
-            }
-        }
-        if (a.stats == nullptr) continue;
-#pragma unroll
-        for (int b = 0; b < kRowBatch; ++b) {
-            const int r = warp + kWarps * (r0 + b);
-            if (r < out.live_rows) {
-                warp_partial(v[b], 0, out.Tout - t0,
-                             a.stats + stats_index(a, c0 + r, int(blockIdx.x)));
-            }
+        for (int i = 0; i < kPerLane; ++i) {
+            v[r][i] = out.store(row, t0 + lane + 32 * i,
+                                tile[row * kStagedPitch<kTile> + lane + 32 * i], bias, v[r][i]);
         }
     }
+    if (a.stats == nullptr) return;
+    warp_partials(v, out.Tout - t0, [&](int r) {
+        const int row = warp + kWarps * r;
+        return row < out.live_rows ? a.stats + stats_index(a, c0 + row, int(blockIdx.x))
+                                   : nullptr;
+    });
 }
 
 // The phases' epilogue (transposed convs): with several splits, the
