@@ -593,11 +593,10 @@ __device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0, 
         }
     }
     if (a.stats == nullptr) return;
-    warp_partials(v, out.Tout - t0, [&](int r) {
-        const int row = warp + kWarps * r;
-        return row < out.live_rows ? a.stats + stats_index(a, c0 + row, int(blockIdx.x))
-                                   : nullptr;
-    });
+    // The warp's rows r: channels c0 + warp + kWarps r, those before live_rows.
+    const int rows = (out.live_rows - warp + kWarps - 1) / kWarps;
+    warp_partials(v, out.Tout - t0, a.stats + stats_index(a, c0 + warp, int(blockIdx.x)),
+                  stats_index(a, kWarps, 0), rows);
 }
 
 // The phases' epilogue (transposed convs): with several splits, the

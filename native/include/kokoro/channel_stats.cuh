@@ -11,6 +11,8 @@
 // ops::ChannelPartials.
 #pragma once
 
+#include <cstdint>
+
 namespace kokoro {
 
 // Sum over the warp's lanes, every lane gets it (a fixed shuffle tree).
@@ -33,57 +35,79 @@ __device__ inline double block_sum(double v, double* scratch) {
     return total;
 }
 
-// One warp's partials of kRows rows at once: row j's values v[j][i] at
-// positions lane + 32 i, those before `end` valid; lane 0 writes row j's
-// partial to dest(j) (null: none). The rows' shuffle reductions interleave,
-// so they cost about one reduction's latency, not kRows of them (the conv
-// epilogue ends every block with this). Computed in fp32 and stored in
-// double: a partial spans at most 32 kPerLane values (the conv's 128-step
-// tiles), whose fp32 sum is off by ~1e-7 of their absolute sum and whose
-// squared deviations about the fp32 mean are float32-accurate; the
-// combination over a channel's partials stays in double.
-template <int kRows, int kPerLane, class Dest>
-__device__ void warp_partials(const float (&v)[kRows][kPerLane], int end, Dest dest) {
+// Row sums of kRows rows (a power of two, at most 32) over the warp's lanes,
+// s[j] = this lane's part of row j: a reduce-scatter. Each step halves the
+// rows a lane carries, keeping the half its lane bit names and adding in its
+// partner's other half (one shuffle per kept row, not per row), then plain
+// butterflies finish; row (lane / (32 / kRows)) ends in every lane of its
+// group of 32 / kRows. Returns that row's sum.
+template <int kRows>
+__device__ float reduce_scatter_rows(float (&s)[kRows]) {
+    static_assert(kRows >= 1 && kRows <= 32 && (kRows & (kRows - 1)) == 0, "rows: a power of two");
     const int lane = threadIdx.x % 32;
-    const int n = max(0, min(end, 32 * kPerLane));
-    float sum[kRows], m2[kRows];
 #pragma unroll
-    for (int j = 0; j < kRows; ++j) {
-        sum[j] = 0.f;
+    for (int level = 0; (kRows >> level) > 1; ++level) {
+        const int half = kRows >> (level + 1), off = 16 >> level;
+        const bool upper = (lane & off) != 0;
 #pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-            if (lane + 32 * i < end) sum[j] += v[j][i];
+        for (int j = 0; j < kRows / 2; ++j) {
+            if (j >= half) break;
+            const float keep = upper ? s[j + half] : s[j];
+            const float give = upper ? s[j] : s[j + half];
+            s[j] = keep + __shfl_xor_sync(0xffffffffu, give, off);
         }
     }
+    float total = s[0];
 #pragma unroll
-    for (int off = 16; off > 0; off /= 2) {
-#pragma unroll
-        for (int j = 0; j < kRows; ++j) sum[j] += __shfl_xor_sync(0xffffffffu, sum[j], off);
+    for (int off = 16 / kRows; off > 0; off /= 2) {
+        total += __shfl_xor_sync(0xffffffffu, total, off);
     }
+    return total;
+}
+
+// One warp's partials of kRows rows at once: row j's values v[j][i] at
+// positions lane + 32 i, those before `end` valid; the partials of rows j <
+// rows go to out + j * out_stride, each written by one lane. The rows'
+// reductions share their shuffles (reduce_scatter_rows): the conv epilogue
+// ends every block with this. Computed in fp32 and stored in double: a
+// partial spans at most 32 kPerLane values (the conv's 128-step tiles),
+// whose fp32 sum is off by ~1e-7 of their absolute sum and whose squared
+// deviations about the fp32 mean are float32-accurate; the combination over
+// a channel's partials stays in double.
+template <int kRows, int kPerLane>
+__device__ void warp_partials(const float (&v)[kRows][kPerLane], int end, double* out,
+                              int64_t out_stride, int rows) {
+    constexpr int kGroup = 32 / kRows;  // lanes per row after the reduce-scatter
+    const int lane = threadIdx.x % 32, row = lane / kGroup;
+    const int n = max(0, min(end, 32 * kPerLane));
+    const float inv_n = n > 0 ? 1.f / float(n) : 0.f;
+    float s[kRows];
 #pragma unroll
     for (int j = 0; j < kRows; ++j) {
-        const float mean = n > 0 ? sum[j] / float(n) : 0.f;
-        m2[j] = 0.f;
+        s[j] = 0.f;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+            if (lane + 32 * i < end) s[j] += v[j][i];
+        }
+    }
+    const float sum = reduce_scatter_rows(s);
+    const float row_mean = sum * inv_n;
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) {
+        const float mean = __shfl_sync(0xffffffffu, row_mean, j * kGroup);
+        s[j] = 0.f;
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
             const float d = v[j][i] - mean;
-            if (lane + 32 * i < end) m2[j] = fmaf(d, d, m2[j]);
+            if (lane + 32 * i < end) s[j] = fmaf(d, d, s[j]);
         }
     }
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) {
-#pragma unroll
-        for (int j = 0; j < kRows; ++j) m2[j] += __shfl_xor_sync(0xffffffffu, m2[j], off);
-    }
-    if (lane != 0) return;
-#pragma unroll
-    for (int j = 0; j < kRows; ++j) {
-        double* out = dest(j);
-        if (out == nullptr) continue;
-        out[0] = n;
-        out[1] = sum[j];
-        out[2] = m2[j];
-    }
+    const float m2 = reduce_scatter_rows(s);
+    if (lane % kGroup != 0 || row >= rows) return;
+    double* o = out + row * out_stride;
+    o[0] = n;
+    o[1] = sum;
+    o[2] = m2;
 }
 
 }  // namespace kokoro
