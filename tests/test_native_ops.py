@@ -630,17 +630,19 @@ def test_to_half_rows_split(rng: np.random.Generator, shape: tuple[int, int]) ->
     check(f"to_half_rows split {shape}: hi + lo", (hi + lo)[:, :c].T, f64(x), 2.0**-21)
 
 
+@pytest.mark.parametrize("terms", [2, 3])
 @pytest.mark.parametrize("split", [False, True])
-def test_to_half_rows_scaled_sum(rng: np.random.Generator, split: bool) -> None:
-    """A ScaledSum's half rows (the generator's stage mean, its last sum formed by its reader):
-    the float32 (x0 + x1) * scale, through the LeakyReLU, then rounded (split: hi + lo) exactly
-    as to_half_rows rounds a single tensor."""
+def test_to_half_rows_scaled_sum(rng: np.random.Generator, split: bool, terms: int) -> None:
+    """A ScaledSum's half rows (the generator's stage mean, its last sums formed by its reader):
+    the float32 ((x0 + x1) + x2) * scale, through the LeakyReLU, then rounded (split: hi + lo)
+    exactly as to_half_rows rounds a single tensor."""
     shape = (130, 517)
-    x0, x1 = f32(rng.standard_normal(shape)), f32(rng.standard_normal(shape))
+    x0, x1, x2 = (f32(rng.standard_normal(shape)) for _ in range(3))
     scale = np.float32(1 / 3)
-    v = (x0 + x1) * scale
+    v = (x0 + x1 + x2 if terms == 3 else x0 + x1) * scale
     v = np.where(v >= 0, v, v * np.float32(0.1)).astype(np.float32)
-    got = gpu.to_half_rows(x0, split, plus=x1, scale=scale, leaky_slope=0.1)
+    plus2 = x2 if terms == 3 else None
+    got = gpu.to_half_rows(x0, split, plus=x1, scale=scale, leaky_slope=0.1, plus2=plus2)
     assert np.array_equal(got, gpu.to_half_rows(v, split))
 
 

@@ -207,18 +207,23 @@ void generator_forward(const Context& ctx, const Context& side,
 
         // Mean of the stage's residual blocks, ((out0 + out1) + out2) / 3 in
         // block order either way (the same bits sequential or concurrent),
-        // its last sum formed by its reader (the next upsampler's or
-        // conv_post's half rows): concurrent blocks write a buffer each;
-        // sequential ones two, the middle blocks' outputs added into the
-        // first's.
+        // its last sums formed by its reader (the next upsampler's or
+        // conv_post's half rows, up to three terms). Concurrent blocks write
+        // a buffer each, and blocks 0 and 1 (the shorter kernels) are added
+        // on block 1's stream while block 2 still runs. Sequential ones write
+        // `mean`, `branch` (any earlier middle block added into `mean`) and,
+        // the last block, stage_in itself, which no other block reads by then.
         const bool concurrent =
             ctx.fast && n_kernels <= kResblockStreams + 1 &&
             n <= (last ? kConcurrentLastStageValues : kConcurrentResblockValues);
         std::vector<float*> outs{mean};
         for (int j = 1; j < n_kernels; ++j) {
-            outs.push_back(!concurrent || j == 1
-                               ? branch
-                               : ctx.floats("generator.block" + std::to_string(j), n));
+            if (concurrent) {
+                outs.push_back(j == 1 ? branch
+                                      : ctx.floats("generator.block" + std::to_string(j), n));
+            } else {
+                outs.push_back(j + 1 == n_kernels ? stage_in : branch);
+            }
         }
         for (int j = 0; j < n_kernels; ++j) {
             const std::string block = g + ".resblocks." + std::to_string(i * n_kernels + j);
@@ -228,22 +233,28 @@ void generator_forward(const Context& ctx, const Context& side,
             adain_resblock1(on, block, stage_in, outs[size_t(j)], s.c_out, s.t_out,
                             cfg.resblock_kernel_sizes[j], cfg.resblock_dilation_sizes[j],
                             in_stats);
-            if (!concurrent && j > 0 && j + 1 < n_kernels) {
+            if (!concurrent && j > 0 && j + 2 < n_kernels) {
                 ops::add_scaled(mean, branch, mean, n, 1.f, ctx.stream);
             }
         }
-        // Concurrent: blocks 0 and 1 (the shorter kernels) are added on block
-        // 1's stream while block 2 still runs; the reader adds block 2.
-        static_assert(kResblockStreams == 2, "the reader adds two terms");
-        if (concurrent && n_kernels == 3) {
-            resblocks[0].wait_for(ctx);  // block 0
-            ops::add_scaled(outs[0], outs[1], outs[1], n, 1.f, resblocks[0].stream);
-            outs.erase(outs.begin());
+        static_assert(kResblockStreams == 2, "concurrent blocks: three at most");
+        std::vector<float*> terms{mean};  // the reader's, in block order
+        if (concurrent) {
+            if (n_kernels == 3) {
+                resblocks[0].wait_for(ctx);  // block 0
+                ops::add_scaled(outs[0], outs[1], outs[1], n, 1.f, resblocks[0].stream);
+                terms = {outs[1], outs[2]};
+            } else {
+                terms = outs;
+            }
+            for (int j = 1; j < n_kernels; ++j) ctx.wait_for(resblocks[j - 1]);
+        } else {
+            if (n_kernels >= 3) terms.push_back(branch);
+            if (n_kernels >= 2) terms.push_back(stage_in);
         }
-        for (int j = 1; concurrent && j < n_kernels; ++j) ctx.wait_for(resblocks[j - 1]);
-        const size_t terms = std::min<size_t>(outs.size(), 2);
-        stage_x = ops::ScaledSum(outs[0], terms > 1 ? outs[1] : nullptr,
-                                 1.f / static_cast<float>(n_kernels));
+        stage_x = ops::ScaledSum(terms[0], terms.size() > 1 ? terms[1] : nullptr,
+                                 1.f / static_cast<float>(n_kernels),
+                                 terms.size() > 2 ? terms[2] : nullptr);
         ctx.mark("generator stage " + idx);
     }
 

@@ -152,19 +152,24 @@ __host__ __device__ inline int half_rows_pitch(int C) { return (C + 7) / 8 * 8; 
 enum class HalfOperands { kRounded, kSplit };
 // FP16 parts stored per value.
 inline int half_parts(HalfOperands form) { return form == HalfOperands::kSplit ? 2 : 1; }
-// A tensor read as the sum of two same-shaped fp32 tensors times a scale,
-// (x0 + x1) * scale: the mean of the generator's residual blocks, its last
-// sum formed by the op that reads it rather than by a pass of its own. From
-// a single pointer: that tensor.
+// A tensor read as the sum of up to three same-shaped fp32 tensors times a
+// scale, ((x0 + x1) + x2) * scale: the mean of the generator's residual
+// blocks, its last sums formed by the op that reads it rather than by passes
+// of their own. From a single pointer: that tensor.
 struct ScaledSum {
     const float* x0 = nullptr;
     const float* x1 = nullptr;  // null: none
+    const float* x2 = nullptr;  // null: none (set only with x1)
     float scale = 1.f;
     ScaledSum(const float* x) : x0(x) {}  // NOLINT(google-explicit-constructor)
-    ScaledSum(const float* a, const float* b, float s) : x0(a), x1(b), scale(s) {}
+    ScaledSum(const float* a, const float* b, float s, const float* c = nullptr)
+        : x0(a), x1(b), x2(c), scale(s) {}
     bool single() const { return x1 == nullptr && scale == 1.f; }
     __host__ __device__ float operator[](int64_t i) const {
-        return (x1 != nullptr ? x0[i] + x1[i] : x0[i]) * scale;
+        float v = x0[i];
+        if (x1 != nullptr) v += x1[i];
+        if (x2 != nullptr) v += x2[i];
+        return v * scale;
     }
 };
 // x [C, T] fp32 -> half rows y [T, half_rows_pitch(C)] (FP16, pad columns
