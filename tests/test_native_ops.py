@@ -513,7 +513,12 @@ def test_conv1d_fp16x3_keeps_small_weights() -> None:
 @pytest.mark.parametrize(
     "case",
     # wide (128-step) tiles; on 132 SMs narrow (64-step) ones, 32 rows a warp; a split reduction
-    [(128, 128, 34001, 7, 9, 3), (256, 256, 20011, 3, 1, 1), (256, 256, 9460, 3, 1, 1), (1090, 100, 33, 3, 1, 1)],
+    [
+        (128, 128, 34001, 7, 9, 3),
+        (256, 256, 20011, 3, 1, 1),
+        (256, 256, 9460, 3, 1, 1),
+        (1090, 100, 33, 3, 1, 1),
+    ],
     ids=lambda c: "x".join(map(str, c)),
 )
 def test_conv1d_statistics_partials(rng: np.random.Generator, case: tuple[int, ...], math_name: str) -> None:
