@@ -37,6 +37,12 @@ __host__ __device__ inline void split_half(float v, __half& hi, __half& lo) {
     hi = __float2half_rn(v);
     lo = __float2half_rn(v - __half2float(hi));
 }
+// The same on two values at once (the half-rows pass's half2 stores).
+__device__ inline void split_half(float2 v, __half2& hi, __half2& lo) {
+    hi = __float22half2_rn(v);
+    const float2 h = __half22float2(hi);
+    lo = __float22half2_rn(make_float2(v.x - h.x, v.y - h.y));
+}
 
 template <typename Source, typename Fn>
 __device__ void write_half_rows(const Source& x, __half* y, __half* y_lo, int C, int T, Fn fn) {
@@ -64,14 +70,11 @@ __device__ void write_half_rows(const Source& x, __half* y, __half* y_lo, int C,
         if (tt < T && c < ld) {
             const float2 v =
                 make_float2(tile[2 * lane][warp + i * kWarps], tile[2 * lane + 1][warp + i * kWarps]);
-            const __half2 hi = __float22half2_rn(v);
+            __half2 hi, lo;
+            split_half(v, hi, lo);
             const int64_t at = int64_t(tt) * ld + c;
             *reinterpret_cast<__half2*>(y + at) = hi;
-            if (y_lo != nullptr) {
-                const float2 h = __half22float2(hi);
-                *reinterpret_cast<__half2*>(y_lo + at) =
-                    __float22half2_rn(make_float2(v.x - h.x, v.y - h.y));
-            }
+            if (y_lo != nullptr) *reinterpret_cast<__half2*>(y_lo + at) = lo;
         }
     }
 }
