@@ -643,12 +643,11 @@ def test_to_half_rows_scaled_sum(rng: np.random.Generator, split: bool, terms: i
     the float32 ((x0 + x1) + x2) * scale, through the LeakyReLU, then rounded (split: hi + lo)
     exactly as to_half_rows rounds a single tensor."""
     shape = (130, 517)
-    x0, x1, x2 = (f32(rng.standard_normal(shape)) for _ in range(3))
+    xs = [f32(rng.standard_normal(shape)) for _ in range(terms)]
     scale = np.float32(1 / 3)
-    v = (x0 + x1 + x2 if terms == 3 else x0 + x1) * scale
+    v = (xs[0] + xs[1] + xs[2] if terms == 3 else xs[0] + xs[1]) * scale
     v = np.where(v >= 0, v, v * np.float32(0.1)).astype(np.float32)
-    plus2 = x2 if terms == 3 else None
-    got = gpu.to_half_rows(x0, split, plus=x1, scale=scale, leaky_slope=0.1, plus2=plus2)
+    got = gpu.to_half_rows(xs[0], split, plus=xs[1:], scale=scale, leaky_slope=0.1)
     assert np.array_equal(got, gpu.to_half_rows(v, split))
 
 

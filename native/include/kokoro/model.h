@@ -318,7 +318,7 @@ struct Context {
     // tensor-core weight (DeviceWeights::half_only) run on the FP16
     // tensor-core kernel (x converted to half rows first, in the weight's
     // form, act on the way); the others in fp32, or TF32 GEMMs where `fast`.
-    // x may be a ScaledSum of two tensors where the conv has a
+    // x may be a ScaledSum of several tensors where the conv has a
     // tensor-core weight.
     void conv1d(const std::string& prefix, ops::ScaledSum x, float* y, int c_in, int c_out,
                 int t_in, int kernel, int stride, int pad, int dilation, int groups, bool bias,
