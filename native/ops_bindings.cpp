@@ -549,18 +549,18 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
     return y.download({Cout, Tout});
 }
 
-// The tensor-core conv ("fp16" / "fp16x3" maths) with its statistics
-// partials of y: (y [Cout, Tout], partials [Cout, parts, 3] float64; parts 0
-// where the conv splits its reduction); y = (conv + b + residual) * out_scale.
+// A conv with its statistics partials of y: (y [Cout, Tout], partials [Cout,
+// parts, 3] float64): the tensor-core conv ("fp16" / "fp16x3" maths; parts 0
+// where it splits its reduction), y = (conv + b + residual) * out_scale, or
+// a pointwise conv of few input channels ("fp32" / "tf32": the fp32 pass
+// that writes them, out_scale 1).
 py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalFloat& b, int pad,
                        int dilation, const OptionalFloat& residual, const std::string& math,
                        float out_scale) {
     require_ndim(x, 2, "x");
     require_ndim(w, 3, "w");
     const int Cin = dim(x, 0), Tin = dim(x, 1), Cout = dim(w, 0), K = dim(w, 2);
-    require(dim(w, 1) == Cin && K >= 2, "conv1d_stats: w does not match x, or K < 2");
-    const std::optional<HalfMath> hm = half_math(math);
-    require(hm.has_value(), "conv1d_stats: math must be a tensor-core one, not " + math);
+    require(dim(w, 1) == Cin, "conv1d_stats: w does not match x");
     const int Tout = ops::conv1d_out_len(Tin, K, 1, pad, dilation);
     require(Tout > 0, "conv1d_stats: input too short");
     require(!residual || (residual->ndim() == 2 && dim(*residual, 0) == Cout &&
@@ -568,6 +568,20 @@ py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalF
             "conv1d_stats: residual must be [Cout, Tout]");
     OptionalDevice db(b), dres(residual);
     DFloat y = DFloat::poisoned(int64_t(Cout) * Tout);
+    const std::optional<HalfMath> hm = half_math(math);
+    if (!hm) {
+        const int parts = ops::conv1d_stats_parts(Cin, Cout, Tin, K, 1, pad, 1);
+        require(parts > 0 && out_scale == 1.f,
+                "conv1d_stats: an fp32 conv writes them only when pointwise with few input "
+                "channels, out_scale 1");
+        auto stats = DeviceArray<double>::poisoned(int64_t(Cout) * parts * ops::kPartialDoubles);
+        DFloat dx = DFloat::from(x), dw = conv_weight(w);
+        ops::conv1d(context().blas, dx.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K, 1,
+                    pad, dilation, 1, dres.get(), nullptr, stream(), gemm_math(math), stats.get());
+        return py::make_tuple(y.download({Cout, Tout}),
+                              stats.download({Cout, parts, ops::kPartialDoubles}));
+    }
+    require(K >= 2, "conv1d_stats: tensor-core convs need K >= 2");
     const int parts =
         ops::conv1d_half_rows_stats_parts(Cin, Cout, Tin, K, pad, dilation, hm->form);
     auto stats = DeviceArray<double>::poisoned(int64_t(Cout) * parts * ops::kPartialDoubles);

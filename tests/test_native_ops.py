@@ -509,6 +509,51 @@ def test_conv1d_fp16x3_keeps_small_weights() -> None:
         check(f"conv1d {math_name} tiny weights", gpu.conv1d(x, w, None, 1, 1, math=math_name), want, tol)
 
 
+def check_partials(y: np.ndarray, parts: np.ndarray) -> None:
+    """Statistics partials of y [C, T] as a conv hands them on: they tile the time axis in
+    order, alike for every channel, each with its piece's count, sum (within 1e-6 of the
+    piece's absolute sum: fp32 sums) and squared deviations about its own mean (1e-5)."""
+    c_out, t_out = y.shape
+    assert parts.shape[0] == c_out and parts.shape[1] >= 1 and parts.shape[2] == 3
+    counts = parts[:, :, 0]
+    assert np.all(counts == counts[0]) and np.all(counts >= 1) and counts[0].sum() == t_out
+    lengths = counts[0].astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    y64 = f64(y)
+    sums = np.add.reduceat(y64, starts, axis=1)
+    abs_sums = np.add.reduceat(np.abs(y64), starts, axis=1)
+    assert np.all(np.abs(parts[:, :, 1] - sums) <= 1e-6 * abs_sums)
+    piece_means = np.repeat(sums / counts, lengths, axis=1)
+    m2 = np.add.reduceat((y64 - piece_means) ** 2, starts, axis=1)
+    np.testing.assert_allclose(parts[:, :, 2], m2, rtol=1e-5)
+
+
+@pytest.mark.parametrize("math_name", ["fp32", "tf32"])
+@pytest.mark.parametrize("c_in,c_out,t_len", [(22, 128, 1000), (22, 256, 517), (3, 20, 77), (22, 128, 1)])
+def test_conv1d_pointwise_statistics(
+    rng: np.random.Generator, c_in: int, c_out: int, t_len: int, math_name: str
+) -> None:
+    """A pointwise conv of few input channels (the last noise conv, 22 -> 128) is one fp32
+    pass whatever the GEMM math: y = b + w x (+ residual) to float32 level, and it hands its
+    output's statistics partials (one per 128 steps) to the AdaIN after it, which then
+    writes what its own statistics pass writes."""
+    x = f32(rng.standard_normal((c_in, t_len)) + 0.3)
+    w = f32(rng.standard_normal((c_out, c_in, 1)) / math.sqrt(c_in))
+    b = f32(rng.standard_normal(c_out) + 2.0)
+    residual = f32(rng.standard_normal((c_out, t_len)))
+    want = ref.conv1d(f64(x), f64(w), f64(b), 1, 0, 1, 1) + f64(residual)
+    y, parts = gpu.conv1d_stats(x, w, b, 0, 1, residual, math_name)
+    check(f"pointwise conv {math_name}", y, want, reduction_tol(c_in))
+    assert np.array_equal(y, gpu.conv1d(x, w, b, 1, 0, 1, 1, residual, False, math_name))
+    assert parts.shape[1] == -(-t_len // 128)
+    check_partials(y, parts)
+    style = f32(rng.standard_normal(2 * c_out) * 0.5)
+    alpha = f32(rng.uniform(0.2, 2.0, c_out))
+    own = gpu.adain(y, style, "snake", 0.2, alpha, half_rows=True)
+    given = gpu.adain(y, style, "snake", 0.2, alpha, half_rows=True, partials=parts)
+    check(f"adain from pointwise partials {math_name}", given, own, 2.0**-11)
+
+
 @pytest.mark.parametrize("math_name", ["fp16", "fp16_mma_sync", "fp16x3", "fp16x3_mma_sync"])
 @pytest.mark.parametrize(
     "case",
@@ -538,18 +583,7 @@ def test_conv1d_statistics_partials(rng: np.random.Generator, case: tuple[int, .
     residual = f32(rng.standard_normal((c_out, t_out)))
     y, parts = gpu.conv1d_stats(x, w, b, pad, dilation, residual, math_name)
     assert np.array_equal(y, gpu.conv1d(x, w, b, 1, pad, dilation, 1, residual, False, math_name))
-    assert parts.shape[0] == c_out and parts.shape[1] >= 1 and parts.shape[2] == 3
-    counts = parts[:, :, 0]
-    assert np.all(counts == counts[0]) and np.all(counts >= 1) and counts[0].sum() == t_out
-    lengths = counts[0].astype(np.int64)
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    y64 = f64(y)
-    sums = np.add.reduceat(y64, starts, axis=1)
-    abs_sums = np.add.reduceat(np.abs(y64), starts, axis=1)
-    assert np.all(np.abs(parts[:, :, 1] - sums) <= 1e-6 * abs_sums)
-    piece_means = np.repeat(sums / counts, lengths, axis=1)
-    m2 = np.add.reduceat((y64 - piece_means) ** 2, starts, axis=1)
-    np.testing.assert_allclose(parts[:, :, 2], m2, rtol=1e-5)
+    check_partials(y, parts)
     style = f32(rng.standard_normal(2 * c_out) * 0.5)
     alpha = f32(rng.uniform(0.2, 2.0, c_out))
     split = math_name.startswith("fp16x3")
@@ -558,7 +592,7 @@ def test_conv1d_statistics_partials(rng: np.random.Generator, case: tuple[int, .
     values = (given[0] + given[1]) if split else given
     own_values = (own[0] + own[1]) if split else own
     check(f"adain from conv partials {math_name} {case}", values, own_values, 1e-6 if split else 2.0**-11)
-    want = ref.adain(y64, f64(style), "snake", 0.2, f64(alpha))
+    want = ref.adain(f64(y), f64(style), "snake", 0.2, f64(alpha))
     check(
         f"adain from conv partials {math_name} {case} vs float64",
         values[:, :c_out].T,

@@ -549,9 +549,11 @@ void Context::record(const char* key, const float* device, std::vector<int64_t> 
     KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
-void Context::conv1d(const std::string& prefix, ops::ScaledSum x, float* y, int c_in, int c_out,
-                     int t_in, int kernel, int stride, int pad, int dilation, int groups, bool bias,
-                     const float* residual, float leaky_slope) const {
+ops::ChannelPartials Context::conv1d(const std::string& prefix, ops::ScaledSum x, float* y,
+                                     int c_in, int c_out, int t_in, int kernel, int stride,
+                                     int pad, int dilation, int groups, bool bias,
+                                     const float* residual, float leaky_slope,
+                                     const char* y_stats_slot) const {
     const int64_t numel = int64_t(c_out) * (c_in / groups) * kernel;
     const float* b = bias ? weights.get(prefix + ".bias", c_out) : nullptr;
     if (groups == 1 && stride == 1 && weights.has_half(prefix + ".weight")) {
@@ -559,16 +561,22 @@ void Context::conv1d(const std::string& prefix, ops::ScaledSum x, float* y, int 
             prefix + ".weight", int64_t(c_out) * kernel * ops::half_rows_pitch(c_in));
         __half* rows = half_rows(c_in, t_in, w.form);
         ops::to_half_rows(x, rows, c_in, t_in, w.form, stream, leaky_slope);
-        conv1d_half_rows(w, rows, y, c_in, c_out, t_in, kernel, pad, dilation, b, residual);
-        return;
+        return conv1d_half_rows(w, rows, y, c_in, c_out, t_in, kernel, pad, dilation, b, residual,
+                                y_stats_slot);
     }
     const float* w = weights.get(prefix + ".weight", numel);
     const float* activated = leaky_relu_of(single(x, prefix), int64_t(c_in) * t_in, leaky_slope);
     const int64_t scratch_floats =
         ops::conv1d_scratch_floats(c_in, c_out, t_in, kernel, stride, pad, dilation, groups);
     float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
+    ops::ChannelPartials y_stats{};
+    if (y_stats_slot != nullptr) {
+        y_stats.parts = ops::conv1d_stats_parts(c_in, c_out, t_in, kernel, stride, pad, groups);
+        y_stats.data = conv_stats(y_stats_slot, c_out, y_stats.parts);
+    }
     ops::conv1d(blas, activated, w, b, y, c_in, c_out, t_in, kernel, stride, pad, dilation,
-                groups, residual, scratch, stream, gemm_math());
+                groups, residual, scratch, stream, gemm_math(), y_stats.data);
+    return y_stats;
 }
 
 ops::ChannelPartials Context::adain_conv1d(const float* x, float* y, int c_in, int c_out, int T,

@@ -151,11 +151,12 @@ float* source_branch(const Context& ctx, const float* har, int i, int F) {
     const int noise_pad = last ? 0 : (stride + 1) / 2;
     check_length("noise_convs." + idx,
                  ops::conv1d_out_len(spec_frames, noise_kernel, stride, noise_pad, 1), s.t_out);
-    ctx.conv1d(g + ".noise_convs." + idx, har, source, spec_rows, s.c_out, spec_frames,
-               noise_kernel, stride, noise_pad, 1, 1, true);
+    const ops::ChannelPartials source_stats =
+        ctx.conv1d(g + ".noise_convs." + idx, har, source, spec_rows, s.c_out, spec_frames,
+                   noise_kernel, stride, noise_pad, 1, 1, true, nullptr, 1.f, "noise_conv");
     adain_resblock1(ctx, g + ".noise_res." + idx, source, source, s.c_out, s.t_out,
                     last ? kLastNoiseResKernel : kNoiseResKernel, cfg.resblock_dilation_sizes[0],
-                    {});
+                    source_stats);
     ctx.mark("source branch " + idx + (ctx.tag[0] != '\0' ? " (side stream)" : ""));
     return source;
 }

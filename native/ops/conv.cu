@@ -48,6 +48,13 @@
 // walks three chunks per 64 channels, x_hi w_hi, x_hi w_lo and x_lo w_hi,
 // into the same accumulators (three times the MMAs, float32-level sums).
 //
+// Conv1d, pointwise (K = 1, stride 1) with few input channels (the last
+// noise conv, 22 -> 128 at the audio frame rate): one memory-bound pass in
+// fp32 (conv1d_pointwise_kernel), the block's time tile of x and all of w
+// in shared memory, y = b + w x (+ residual) written once, with y's
+// statistics partials for the AdaIN after it (a GEMM, a bias pass and
+// AdaIN's statistics pass read or wrote y three times).
+//
 // Conv1d, dense, strided (the noise convs), and stride-1 convs whose im2col
 // fits one chunk (short inputs): im2col into `scratch` with
 // tap-major rows (cols[k * Cin + ci, t] = xpad[ci, t * stride + k * dil], so
@@ -112,6 +119,17 @@ bool conv1d_uses_taps(int Cin, int K, int stride, int pad, int Tout) {
 }
 int im2col_chunk_cols(int reduction) {
     return int(std::max<int64_t>(256, kIm2colChunkFloats / reduction));
+}
+// The pointwise kernel: its time tile, and w plus the tile of x within the
+// default shared memory.
+constexpr int kPointwiseTile = 128;
+constexpr int kPointwiseRows = 16;  // channels per warp pass (warp_partials)
+size_t pointwise_smem_bytes(int Cin, int Cout) {
+    return sizeof(float) * size_t(Cin) * (Cout + kPointwiseTile);
+}
+bool conv1d_uses_pointwise(int Cin, int Cout, int K, int stride, int pad, int groups) {
+    return groups == 1 && conv1d_is_pointwise(K, stride, pad) &&
+           pointwise_smem_bytes(Cin, Cout) <= 48 * 1024;
 }
 bool conv_transpose1d_uses_gemm(int Cin, int groups) {
     return groups == 1 && Cin >= kMinGemmReduction;
@@ -199,6 +217,65 @@ __global__ void conv1d_direct_kernel(const float* x, const float* w, const float
     const int64_t i = int64_t(co) * Tout + t;
     if (residual != nullptr) acc += residual[i];
     y[i] = acc;
+}
+
+// Pointwise conv of few input channels (header comment): block = one
+// 128-step time tile, warp w channels 16 w .. 16 w + 15 (then + 128, ...),
+// lane l steps l + 32 i; sums in input-channel order from the bias. stats
+// (may be null): each channel's partial over the tile (channel_stats.cuh).
+__global__ void __launch_bounds__(kThreads)
+    conv1d_pointwise_kernel(const float* x, const float* w, const float* b, float* y, int Cin,
+                            int Cout, int T, const float* residual, double* stats) {
+    await_producers();
+    constexpr int kWarps = kThreads / 32, kPerLane = kPointwiseTile / 32;
+    extern __shared__ float pointwise_smem[];
+    float* const ws = pointwise_smem;        // w [Cout, Cin]
+    float* const xs = ws + int64_t(Cout) * Cin;  // x [Cin, kPointwiseTile]
+    const int t0 = blockIdx.x * kPointwiseTile, parts = int(gridDim.x);
+    for (int i = threadIdx.x; i < Cout * Cin; i += kThreads) ws[i] = w[i];
+    for (int i = threadIdx.x; i < Cin * kPointwiseTile; i += kThreads) {
+        const int k = i / kPointwiseTile, t = t0 + i % kPointwiseTile;
+        xs[i] = t < T ? x[int64_t(k) * T + t] : 0.f;
+    }
+    __syncthreads();
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int c0 = warp * kPointwiseRows; c0 < Cout; c0 += kWarps * kPointwiseRows) {
+        const int rows = min(kPointwiseRows, Cout - c0);
+        float v[kPointwiseRows][kPerLane];
+#pragma unroll
+        for (int j = 0; j < kPointwiseRows; ++j) {
+            const int c = min(c0 + j, Cout - 1);  // rows past Cout: computed, never stored
+#pragma unroll
+            for (int i = 0; i < kPerLane; ++i) {
+                const int t = t0 + lane + 32 * i;
+                v[j][i] = (b != nullptr ? b[c] : 0.f) +
+                          (residual != nullptr && t < T ? residual[int64_t(c) * T + t] : 0.f);
+            }
+        }
+        for (int k = 0; k < Cin; ++k) {
+            float xv[kPerLane];
+#pragma unroll
+            for (int i = 0; i < kPerLane; ++i) xv[i] = xs[k * kPointwiseTile + lane + 32 * i];
+#pragma unroll
+            for (int j = 0; j < kPointwiseRows; ++j) {
+                const float wv = ws[min(c0 + j, Cout - 1) * Cin + k];
+#pragma unroll
+                for (int i = 0; i < kPerLane; ++i) v[j][i] = fmaf(wv, xv[i], v[j][i]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < kPointwiseRows; ++j) {
+#pragma unroll
+            for (int i = 0; i < kPerLane; ++i) {
+                const int t = t0 + lane + 32 * i;
+                if (j < rows && t < T) y[int64_t(c0 + j) * T + t] = v[j][i];
+            }
+        }
+        if (stats != nullptr) {
+            warp_partials(v, T - t0, stats + (int64_t(c0) * parts + blockIdx.x) * kPartialDoubles,
+                          int64_t(parts) * kPartialDoubles, rows);
+        }
+    }
 }
 
 // Overlap-add of the per-tap GEMM output cols [K * Cout, Tin] (+ bias). grid.y = co.
@@ -1108,6 +1185,14 @@ float weight_rows_to_half(const float* src, __half* dst, int64_t rows, int cols,
     return 1.f / up;  // exact: a power of two
 }
 
+int conv1d_stats_parts(int Cin, int Cout, int Tin, int K, int stride, int pad, int groups) {
+    const int Tout = conv1d_out_len(Tin, K, stride, pad, 1);
+    if (Cout == 0 || Tout <= 0 || !conv1d_uses_pointwise(Cin, Cout, K, stride, pad, groups)) {
+        return 0;
+    }
+    return (Tout + kPointwiseTile - 1) / kPointwiseTile;
+}
+
 int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation) {
     return (Tin + 2 * pad - dilation * (K - 1) - 1) / stride + 1;
 }
@@ -1135,9 +1220,21 @@ int64_t conv_transpose1d_scratch_floats(int Cin, int Cout, int Tin, int K, int g
 
 void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* b, float* y,
             int Cin, int Cout, int Tin, int K, int stride, int pad, int dilation, int groups,
-            const float* residual, float* scratch, cudaStream_t stream, GemmMath math) {
+            const float* residual, float* scratch, cudaStream_t stream, GemmMath math,
+            double* stats) {
     const int Tout = conv1d_out_len(Tin, K, stride, pad, dilation);
     if (Cout == 0 || Tout <= 0) return;
+    if (stats != nullptr && conv1d_stats_parts(Cin, Cout, Tin, K, stride, pad, groups) == 0) {
+        throw CudaError("conv1d: statistics asked of a conv that gives none (check "
+                        "conv1d_stats_parts first)");
+    }
+    if (conv1d_uses_pointwise(Cin, Cout, K, stride, pad, groups)) {
+        launch_dependent(conv1d_pointwise_kernel,
+                         dim3(unsigned((Tout + kPointwiseTile - 1) / kPointwiseTile)),
+                         dim3(kThreads), pointwise_smem_bytes(Cin, Cout), stream,
+                         "conv1d_pointwise_kernel", x, w, b, y, Cin, Cout, Tout, residual, stats);
+        return;
+    }
     if (!conv1d_uses_gemm(Cin, K, groups)) {
         launch_dependent(conv1d_direct_kernel, per_channel_grid(Cout, Tout), dim3(kThreads),
                          0, stream, "conv1d_direct_kernel", x, w, b, y, Cin, Cout, Tin, Tout, K,

@@ -11,6 +11,7 @@
 // ceil(n_fft / hop) of them) and divides by the overlap-added squared
 // window, over the centre-trimmed range only. Plans and scratch are kept for
 // the last frame count and remade when it changes.
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -52,19 +53,31 @@ __global__ void magnitude_phase_kernel(const cufftComplex* spectrum, int bins, i
     out[int64_t(bins) * frames + idx] = atan2f(z.y, z.x);
 }
 
-// logits [2 * bins, frames] -> spectrum [frames, bins].
+// logits [2 * bins, frames] -> spectrum [frames, bins]: a block's
+// `per_block` frames through shared memory, so that both the reads (along
+// frames, per bin) and the writes (the block's frames x bins, one
+// contiguous run) coalesce; a thread per (frame, bin) writing straight to
+// the frame-major spectrum scattered its stores over every sector.
 __global__ void spectrum_from_logits_kernel(const float* logits, int bins, int frames, int n_fft,
-                                            cufftComplex* spectrum) {
+                                            int per_block, cufftComplex* spectrum) {
     await_producers();
-    const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-    if (idx >= int64_t(frames) * bins) return;
-    const int b = int(idx / frames), f = int(idx % frames);
-    const float magnitude = expf(logits[idx]);
-    const float phase = sinf(logits[int64_t(bins) * frames + idx]);
-    float s, c;
-    sincosf(phase, &s, &c);
-    const bool real_bin = b == 0 || 2 * b == n_fft;
-    spectrum[int64_t(f) * bins + b] = make_cuFloatComplex(magnitude * c, real_bin ? 0.f : magnitude * s);
+    extern __shared__ cufftComplex tile[];  // [per_block, bins]
+    const int f0 = blockIdx.x * per_block, n = min(per_block, frames - f0);
+    for (int b = 0; b < bins; ++b) {
+        const bool real_bin = b == 0 || 2 * b == n_fft;
+        for (int j = threadIdx.x; j < n; j += blockDim.x) {
+            const int64_t at = int64_t(b) * frames + f0 + j;
+            const float magnitude = expf(logits[at]);
+            const float phase = sinf(logits[int64_t(bins) * frames + at]);
+            float s, c;
+            sincosf(phase, &s, &c);
+            tile[j * bins + b] =
+                make_cuFloatComplex(magnitude * c, real_bin ? 0.f : magnitude * s);
+        }
+    }
+    __syncthreads();
+    cufftComplex* out = spectrum + int64_t(f0) * bins;
+    for (int i = threadIdx.x; i < n * bins; i += blockDim.x) out[i] = tile[i];
 }
 
 // audio[i] for i < hop * (frames - 1): output sample p = i + n_fft / 2 of the
@@ -165,9 +178,14 @@ void Stft::inverse_from_logits(const float* logits, int nframes, float* audio,
     if (nframes < 2) return;  // hop * (frames - 1) samples: nothing to write
     const int bins = n_fft_ / 2 + 1;
     reserve(nframes, stream);
-    launch_dependent(spectrum_from_logits_kernel, dim3(blocks_for(int64_t(nframes) * bins)),
-                     dim3(kThreads), 0, stream, "spectrum_from_logits_kernel", logits, bins,
-                     nframes, n_fft_, spectrum_buf_);
+    // kThreads frames a block, fewer where their bins outgrow 48 KB.
+    const int per_block =
+        std::max(1, std::min(kThreads, int(48 * 1024 / sizeof(cufftComplex)) / bins));
+    launch_dependent(spectrum_from_logits_kernel,
+                     dim3(unsigned((nframes + per_block - 1) / per_block)), dim3(kThreads),
+                     sizeof(cufftComplex) * size_t(per_block) * bins, stream,
+                     "spectrum_from_logits_kernel", logits, bins, nframes, n_fft_, per_block,
+                     spectrum_buf_);
     KOKORO_CUFFT_CHECK(cufftSetStream(inv_plan_, stream));
     KOKORO_CUFFT_CHECK(cufftExecC2R(inv_plan_, spectrum_buf_, frames_buf_));
     launch_dependent(overlap_add_kernel, dim3(blocks_for(int64_t(hop_) * (nframes - 1))),

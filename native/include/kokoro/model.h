@@ -319,10 +319,13 @@ struct Context {
     // tensor-core kernel (x converted to half rows first, in the weight's
     // form, act on the way); the others in fp32, or TF32 GEMMs where `fast`.
     // x may be a ScaledSum of several tensors where the conv has a
-    // tensor-core weight.
-    void conv1d(const std::string& prefix, ops::ScaledSum x, float* y, int c_in, int c_out,
-                int t_in, int kernel, int stride, int pad, int dilation, int groups, bool bias,
-                const float* residual = nullptr, float leaky_slope = 1.f) const;
+    // tensor-core weight. y_stats_slot (may be null): as adain_conv1d's;
+    // returns y's partials where the conv writes them (ops::conv1d_stats_parts).
+    ops::ChannelPartials conv1d(const std::string& prefix, ops::ScaledSum x, float* y, int c_in,
+                                int c_out, int t_in, int kernel, int stride, int pad,
+                                int dilation, int groups, bool bias,
+                                const float* residual = nullptr, float leaky_slope = 1.f,
+                                const char* y_stats_slot = nullptr) const;
     // AdaIN1d + activation (style `fc_prefix`, `alpha` only for Snake) on x
     // [c_in, T], then the dense stride-1 conv `conv_prefix` (with bias, same
     // length): y = conv(act(adain(x))) (+ residual). For a tensor-core conv

@@ -263,11 +263,16 @@ void conv_weight_to_device_layout(const float* src, float* dst, int64_t A, int B
 // y = conv(x) + residual (residual [Cout, Tout], may equal y). Dense stride-1
 // convs whose im2col exceeds one chunk run as one GEMM per tap (chunked over
 // time), other dense ones as im2col + one GEMM per chunk, both in the given
-// GemmMath; grouped and tiny ones as a direct fp32 kernel.
+// GemmMath; grouped and tiny ones as a direct fp32 kernel, and pointwise ones
+// of few input channels as one fp32 pass that can also write y's statistics
+// partials: `stats` (may be null), conv1d_stats_parts(...) per channel.
 void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* b, float* y,
             int Cin, int Cout, int Tin, int K, int stride, int pad, int dilation, int groups,
             const float* residual, float* scratch, cudaStream_t stream,
-            GemmMath math = GemmMath::kFp32);
+            GemmMath math = GemmMath::kFp32, double* stats = nullptr);
+// The statistics partials per channel conv1d writes (one per 128 steps), 0
+// where it writes none (every conv but the pointwise ones of few channels).
+int conv1d_stats_parts(int Cin, int Cout, int Tin, int K, int stride, int pad, int groups);
 int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation);
 // Conv1d, dense, stride 1, K >= 2, on the tensor cores: x half rows [Tin,
 // ld] (ld = half_rows_pitch(Cin)), w FP16 [Cout, K, ld] as
