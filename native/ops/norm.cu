@@ -223,15 +223,29 @@ struct ChannelApply {
         affine = make_float4(float(mean), float(gain), a.style[a.C + c], alpha);
         inv_alpha = 1.f / alpha;
     }
-    __device__ float operator()(const AdainArgs& a, float x) const {
+    // The activation (and Snake's sine) fixed at compile time: the
+    // half-rows pass, issue-bound, runs one instantiation per call.
+    template <Activation kAct, bool kApproxSine>
+    __device__ float apply(float x, float slope) const {
         float v = fmaf(x - affine.x, affine.y, affine.z);
-        if (a.act == Activation::kLeakyRelu) {
-            v = v >= 0.f ? v : v * a.slope;
-        } else if (a.act == Activation::kSnake) {
-            const float s = a.approx_sine ? __sinf(affine.w * v) : sinf(affine.w * v);
+        if constexpr (kAct == Activation::kLeakyRelu) {
+            v = v >= 0.f ? v : v * slope;
+        } else if constexpr (kAct == Activation::kSnake) {
+            const float s = kApproxSine ? __sinf(affine.w * v) : sinf(affine.w * v);
             v = v + inv_alpha * (s * s);
         }
         return v;
+    }
+    __device__ float operator()(const AdainArgs& a, float x) const {
+        switch (a.act) {
+            case Activation::kLeakyRelu:
+                return apply<Activation::kLeakyRelu, false>(x, a.slope);
+            case Activation::kSnake:
+                return a.approx_sine ? apply<Activation::kSnake, true>(x, a.slope)
+                                     : apply<Activation::kSnake, false>(x, a.slope);
+            default:
+                return apply<Activation::kNone, false>(x, a.slope);
+        }
     }
 };
 
@@ -336,7 +350,9 @@ __global__ void adain_finalize_kernel(AdainArgs a, const double* partials, int p
 }
 
 // Step 2: block (time tiles, channel tile) writes its transposed tiles
-// (half_rows.cuh) with its 64 channels' ChannelApply in shared memory.
+// (half_rows.cuh) with its 64 channels' ChannelApply in shared memory; the
+// activation a template parameter (adain_half_rows_launch picks it).
+template <Activation kAct, bool kApproxSine>
 __global__ void adain_half_rows_kernel(AdainArgs a, const ChannelApply* apply, __half* y,
                                        __half* y_lo) {
     await_producers();
@@ -345,7 +361,27 @@ __global__ void adain_half_rows_kernel(AdainArgs a, const ChannelApply* apply, _
     if (threadIdx.x < kHalfRowsTileC && c0 + int(threadIdx.x) < a.C)
         local[threadIdx.x] = apply[c0 + threadIdx.x];
     __syncthreads();
-    write_half_rows(a.x, y, y_lo, a.C, a.T, [&](int r, float v) { return local[r](a, v); });
+    const float slope = a.slope;
+    write_half_rows(a.x, y, y_lo, a.C, a.T, [&](int r, float v) {
+        return local[r].template apply<kAct, kApproxSine>(v, slope);
+    });
+}
+
+void adain_half_rows_launch(const AdainArgs& a, const ChannelApply* apply, __half* y,
+                            __half* y_lo, cudaStream_t stream) {
+    auto go = [&](auto kernel) {
+        launch_dependent(kernel, half_rows_grid(a.C, a.T), dim3(kHalfRowsThreads), 0, stream,
+                         "adain_half_rows_kernel", a, apply, y, y_lo);
+    };
+    switch (a.act) {
+        case Activation::kLeakyRelu:
+            return go(adain_half_rows_kernel<Activation::kLeakyRelu, false>);
+        case Activation::kSnake:
+            return a.approx_sine ? go(adain_half_rows_kernel<Activation::kSnake, true>)
+                                 : go(adain_half_rows_kernel<Activation::kSnake, false>);
+        default:
+            return go(adain_half_rows_kernel<Activation::kNone, false>);
+    }
 }
 
 }  // namespace
@@ -430,8 +466,7 @@ void adain_half_rows(const float* x, __half* y, int C, int T, const float* style
                          "adain_finalize_kernel", args, stats.data, stats.parts, apply);
     }
     __half* y_lo = form == HalfOperands::kSplit ? y + int64_t(T) * half_rows_pitch(C) : nullptr;
-    launch_dependent(adain_half_rows_kernel, half_rows_grid(C, T), dim3(kHalfRowsThreads), 0,
-                     stream, "adain_half_rows_kernel", args, apply, y, y_lo);
+    adain_half_rows_launch(args, apply, y, y_lo, stream);
 }
 
 }  // namespace kokoro::ops

@@ -52,29 +52,37 @@ __device__ void write_half_rows(const Source& x, __half* y, __half* y_lo, int C,
     const int c0 = blockIdx.y * kHalfRowsTileC, t0 = blockIdx.x * kHalfRowsTileT;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int t = t0 + lane;
+    // The pass is issue-bound: offsets step by whole row strides from one
+    // 64-bit base each way, and a tile inside x (every tile but the edges)
+    // tests no bounds.
+    const bool inside = c0 + kHalfRowsTileC <= C && t0 + kHalfRowsTileT <= T;
+    const int64_t x_step = int64_t(kWarps) * T;
+    int64_t x_at = int64_t(c0 + warp) * T + t;
     float v[kHalfRowsTileC / kWarps];
 #pragma unroll
-    for (int i = 0; i < kHalfRowsTileC / kWarps; ++i) {
+    for (int i = 0; i < kHalfRowsTileC / kWarps; ++i, x_at += x_step) {
         const int c = c0 + warp + i * kWarps;
-        v[i] = c < C && t < T ? x[int64_t(c) * T + t] : 0.f;
+        v[i] = inside || (c < C && t < T) ? x[x_at] : 0.f;
     }
 #pragma unroll
     for (int i = 0; i < kHalfRowsTileC / kWarps; ++i) {
         const int r = warp + i * kWarps;
-        tile[r][lane] = c0 + r < C && t < T ? fn(r, v[i]) : 0.f;
+        tile[r][lane] = inside || (c0 + r < C && t < T) ? fn(r, v[i]) : 0.f;
     }
     __syncthreads();
+    const int c = c0 + 2 * lane;
+    const int64_t y_step = int64_t(kWarps) * ld;
+    int64_t y_at = int64_t(t0 + warp) * ld + c;
 #pragma unroll
-    for (int i = 0; i < kHalfRowsTileT / kWarps; ++i) {
-        const int tt = t0 + warp + i * kWarps, c = c0 + 2 * lane;
-        if (tt < T && c < ld) {
+    for (int i = 0; i < kHalfRowsTileT / kWarps; ++i, y_at += y_step) {
+        const int tt = t0 + warp + i * kWarps;
+        if ((inside || tt < T) && c < ld) {
             const float2 v =
                 make_float2(tile[2 * lane][warp + i * kWarps], tile[2 * lane + 1][warp + i * kWarps]);
             __half2 hi, lo;
             split_half(v, hi, lo);
-            const int64_t at = int64_t(tt) * ld + c;
-            *reinterpret_cast<__half2*>(y + at) = hi;
-            if (y_lo != nullptr) *reinterpret_cast<__half2*>(y_lo + at) = lo;
+            *reinterpret_cast<__half2*>(y + y_at) = hi;
+            if (y_lo != nullptr) *reinterpret_cast<__half2*>(y_lo + y_at) = lo;
         }
     }
 }
