@@ -568,17 +568,9 @@ struct Output {
           Tout(a.Tout),
           scale(a.partial != nullptr ? 1.f : a.w_scale),
           out_scale(a.partial != nullptr ? 1.f : a.out_scale) {}
-    __device__ bool inside(int r, int t) const { return r < live_rows && t < Tout; }
-    __device__ int64_t at(int r, int t) const { return base0 + int64_t(r) * Tout + int64_t(t); }
-    // residual at row r, column t; 0 without one, or outside y.
-    __device__ float residual_at(int r, int t) const {
-        return residual != nullptr && inside(r, t) ? residual[at(r, t)] : 0.f;
-    }
-    // Column t = (scale * sum + bias + residual) * out_scale (inside y); returns it.
-    __device__ float store(int r, int t, float sum, float bias, float res) const {
-        const float v = (fmaf(sum, scale, bias) + res) * out_scale;
-        if (inside(r, t)) y[at(r, t)] = v;
-        return v;
+    // (scale * sum + bias + residual) * out_scale.
+    __device__ float value(float sum, float bias, float res) const {
+        return (fmaf(sum, scale, bias) + res) * out_scale;
     }
 };
 
@@ -649,24 +641,35 @@ __device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0, 
         lane < kRows && a.partial == nullptr && a.b != nullptr && lane_channel < a.Cout
             ? a.b[lane_channel]
             : 0.f;
+    // Row r's column t0 + lane + 32 i at at0 + r row_step + 32 i: one 64-bit
+    // offset stepped per row (issue slots: per-element index math was most
+    // of the epilogue's instructions); column i inside y where 32 i < cols.
+    const int64_t row_step = int64_t(kWarps) * out.Tout;
+    const int64_t at0 = out.base0 + int64_t(warp) * out.Tout + t0 + lane;
+    const int cols = out.Tout - t0 - lane;
     float v[kRows][kPerLane];  // the residuals, then y
+    int64_t at = at0;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < kRows; ++r, at += row_step) {
+        const bool row_inside = warp + kWarps * r < out.live_rows;
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
-            v[r][i] = out.residual_at(warp + kWarps * r, t0 + lane + 32 * i);
+            v[r][i] = out.residual != nullptr && row_inside && 32 * i < cols
+                          ? out.residual[at + 32 * i]
+                          : 0.f;
         }
     }
     __syncthreads();
+    at = at0;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < kRows; ++r, at += row_step) {
         const int row = warp + kWarps * r;
         const float bias = __shfl_sync(0xffffffffu, lane_bias, r);
         if (row >= out.live_rows) break;  // rows ascend: the rest are past Cout
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
-            v[r][i] = out.store(row, t0 + lane + 32 * i,
-                                tile[row * kStagedPitch<kTile> + lane + 32 * i], bias, v[r][i]);
+            v[r][i] = out.value(tile[row * kStagedPitch<kTile> + lane + 32 * i], bias, v[r][i]);
+            if (32 * i < cols) out.y[at + 32 * i] = v[r][i];
         }
     }
     if (a.stats == nullptr) return;
