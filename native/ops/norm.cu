@@ -207,6 +207,29 @@ struct AdainArgs {
     bool approx_sine;
 };
 
+// An activation and its sine fixed at compile time, and the one place that
+// maps a call's (act, approx_sine) to it: fn(ActivationKind<...>{}).
+template <Activation kAct, bool kApproxSine>
+struct ActivationKind {
+    static constexpr Activation act = kAct;
+    static constexpr bool approx_sine = kApproxSine;
+};
+// (Host code launches with it, device code applies with it: the execution
+// space check is off for this one template, as it is for CUTLASS's.)
+#pragma nv_exec_check_disable
+template <class Fn>
+__host__ __device__ auto with_activation(Activation act, bool approx_sine, Fn fn) {
+    switch (act) {
+        case Activation::kLeakyRelu:
+            return fn(ActivationKind<Activation::kLeakyRelu, false>{});
+        case Activation::kSnake:
+            return approx_sine ? fn(ActivationKind<Activation::kSnake, true>{})
+                               : fn(ActivationKind<Activation::kSnake, false>{});
+        default:
+            return fn(ActivationKind<Activation::kNone, false>{});
+    }
+}
+
 // Normalisation and style affine of one channel as one multiply-add about
 // the mean, gain = (1 + gamma) / sqrt(var + eps) rounded once, then the
 // call's activation (uniform: from AdainArgs). mean, gain, shift and Snake's
@@ -237,15 +260,9 @@ struct ChannelApply {
         return v;
     }
     __device__ float operator()(const AdainArgs& a, float x) const {
-        switch (a.act) {
-            case Activation::kLeakyRelu:
-                return apply<Activation::kLeakyRelu, false>(x, a.slope);
-            case Activation::kSnake:
-                return a.approx_sine ? apply<Activation::kSnake, true>(x, a.slope)
-                                     : apply<Activation::kSnake, false>(x, a.slope);
-            default:
-                return apply<Activation::kNone, false>(x, a.slope);
-        }
+        return with_activation(a.act, a.approx_sine, [&](auto kind) {
+            return apply<decltype(kind)::act, decltype(kind)::approx_sine>(x, a.slope);
+        });
     }
 };
 
@@ -369,19 +386,11 @@ __global__ void adain_half_rows_kernel(AdainArgs a, const ChannelApply* apply, _
 
 void adain_half_rows_launch(const AdainArgs& a, const ChannelApply* apply, __half* y,
                             __half* y_lo, cudaStream_t stream) {
-    auto go = [&](auto kernel) {
-        launch_dependent(kernel, half_rows_grid(a.C, a.T), dim3(kHalfRowsThreads), 0, stream,
+    with_activation(a.act, a.approx_sine, [&](auto kind) {
+        launch_dependent(adain_half_rows_kernel<decltype(kind)::act, decltype(kind)::approx_sine>,
+                         half_rows_grid(a.C, a.T), dim3(kHalfRowsThreads), 0, stream,
                          "adain_half_rows_kernel", a, apply, y, y_lo);
-    };
-    switch (a.act) {
-        case Activation::kLeakyRelu:
-            return go(adain_half_rows_kernel<Activation::kLeakyRelu, false>);
-        case Activation::kSnake:
-            return a.approx_sine ? go(adain_half_rows_kernel<Activation::kSnake, true>)
-                                 : go(adain_half_rows_kernel<Activation::kSnake, false>);
-        default:
-            return go(adain_half_rows_kernel<Activation::kNone, false>);
-    }
+    });
 }
 
 }  // namespace
