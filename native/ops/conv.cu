@@ -129,7 +129,7 @@ size_t pointwise_smem_bytes(int Cin, int Cout) {
 }
 bool conv1d_uses_pointwise(int Cin, int Cout, int K, int stride, int pad, int groups) {
     return groups == 1 && conv1d_is_pointwise(K, stride, pad) &&
-           pointwise_smem_bytes(Cin, Cout) <= 48 * 1024;
+           pointwise_smem_bytes(Cin, Cout) <= kDefaultSharedBytes;
 }
 bool conv_transpose1d_uses_gemm(int Cin, int groups) {
     return groups == 1 && Cin >= kMinGemmReduction;
@@ -1227,13 +1227,15 @@ void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* 
             double* stats) {
     const int Tout = conv1d_out_len(Tin, K, stride, pad, dilation);
     if (Cout == 0 || Tout <= 0) return;
-    if (stats != nullptr && conv1d_stats_parts(Cin, Cout, Tin, K, stride, pad, groups) == 0) {
+    // The pointwise pass's time tiles, one statistics partial each (0: not
+    // that pass).
+    const int pointwise_tiles = conv1d_stats_parts(Cin, Cout, Tin, K, stride, pad, groups);
+    if (stats != nullptr && pointwise_tiles == 0) {
         throw CudaError("conv1d: statistics asked of a conv that gives none (check "
                         "conv1d_stats_parts first)");
     }
-    if (conv1d_uses_pointwise(Cin, Cout, K, stride, pad, groups)) {
-        launch_dependent(conv1d_pointwise_kernel,
-                         dim3(unsigned((Tout + kPointwiseTile - 1) / kPointwiseTile)),
+    if (pointwise_tiles > 0) {
+        launch_dependent(conv1d_pointwise_kernel, dim3(unsigned(pointwise_tiles)),
                          dim3(kThreads), pointwise_smem_bytes(Cin, Cout), stream,
                          "conv1d_pointwise_kernel", x, w, b, y, Cin, Cout, Tout, residual, stats);
         return;

@@ -397,7 +397,7 @@ void lstm_recurrence(const float* gx, const float* w_hh, float* out, int T, int 
     if (T == 0) return;
     if (launch_cluster_any(H, gx, w_hh, out, T, max_cluster_blocks, stream)) return;
     const size_t shared_bytes = size_t(6) * H * sizeof(float);
-    if (shared_bytes > 48 * 1024) {
+    if (shared_bytes > kDefaultSharedBytes) {
         KOKORO_CUDA_CHECK(cudaFuncSetAttribute(lstm_block_kernel,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                int(shared_bytes)));

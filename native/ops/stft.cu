@@ -178,9 +178,10 @@ void Stft::inverse_from_logits(const float* logits, int nframes, float* audio,
     if (nframes < 2) return;  // hop * (frames - 1) samples: nothing to write
     const int bins = n_fft_ / 2 + 1;
     reserve(nframes, stream);
-    // kThreads frames a block, fewer where their bins outgrow 48 KB.
+    // kThreads frames a block, fewer where their bins outgrow the default
+    // shared memory.
     const int per_block =
-        std::max(1, std::min(kThreads, int(48 * 1024 / sizeof(cufftComplex)) / bins));
+        std::max(1, std::min(kThreads, int(kDefaultSharedBytes / sizeof(cufftComplex)) / bins));
     launch_dependent(spectrum_from_logits_kernel,
                      dim3(unsigned((nframes + per_block - 1) / per_block)), dim3(kThreads),
                      sizeof(cufftComplex) * size_t(per_block) * bins, stream,

@@ -26,6 +26,10 @@
 
 namespace kokoro {
 
+// The dynamic shared memory a launch may use without opting in to more
+// (cudaFuncAttributeMaxDynamicSharedMemorySize).
+constexpr size_t kDefaultSharedBytes = 48 * 1024;
+
 // Waits until the producing kernels have completed (header comment).
 __device__ __forceinline__ void await_producers() {
 #if __CUDA_ARCH__ >= 900
