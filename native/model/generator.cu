@@ -35,45 +35,78 @@ constexpr int kNoiseResKernel = 7;
 constexpr int kLastNoiseResKernel = 11;
 constexpr int kPostKernel = 7;
 // In precision "fast" a stage's residual blocks run concurrently, one per
-// stream, where a conv's grid fills the GPU for a wave and a bit at most,
-// so that three independent chains fill each other's waves: stages of at
-// most kConcurrentResblockValues values ([C, T]; both stages of utterances
-// up to ~160 frames, stage 0 up to ~490), and the last stage up to
-// kConcurrentLastStageValues (stage 1 up to ~540 frames; medium's stage 1
-// is 1.7 waves of 128-step tiles, i.e. two waves' time, per conv). Earlier
-// stages share the GPU with the next stage's source branch, which fills
-// their tails already (long's stage 0 gained nothing). Larger stages keep
-// the GPU busy one block at a time, and the extra slots per stream (hidden,
-// half rows, the block's output: [C, T] each) would grow the engine's
-// memory (~130 MB at the last stage's bound). fp32 stays sequential: its
-// split half rows would take the long case past PyTorch's memory.
+// stream, so that three independent chains fill each other's waves and
+// tails, and overlap the k3 block's memory-bound convs with the k11
+// block's compute-bound ones: the last stage at every length, earlier
+// stages of at most kConcurrentResblockValues values ([C, T]; stage 0 up
+// to ~490 frames). Larger earlier stages share the GPU with the next
+// stage's source branch, which fills their tails already (long's stage 0
+// gained nothing), and their extra slots would grow the engine's memory.
+// Each concurrent block costs a hidden and a half-rows slot of the stage's
+// size; block 1 at the last stage takes the side stream's (its branches are
+// done by then). fp32 stays sequential: its split half rows would take the
+// long case past PyTorch's memory.
 constexpr int64_t kConcurrentResblockValues = int64_t(256) * 9800;
-constexpr int64_t kConcurrentLastStageValues = int64_t(1) << 23;
 
-// AdaINResBlock1 `prefix`: out = block(x) on [C, T]; out may equal x. Three
-// times: AdaIN + Snake, dilated conv, AdaIN + Snake, conv, residual add.
-// Each conv hands its output's statistics to the AdaIN after it (two slots:
-// the hidden's partials are read before the next hidden's are written, and
-// likewise the block output's); x_stats: x's, where its producer wrote them.
+// AdaINResBlock1 `prefix` on ctx's stream: out = block(x) on [C, T]; out
+// may equal x. Three times: AdaIN + Snake, dilated conv, AdaIN + Snake,
+// conv, residual add: six convs, which step(s) enqueues one at a time (s
+// even: layer s / 2's first conv, odd: its second, the first to write out),
+// so that concurrent blocks can be enqueued in step order. Each conv hands
+// its output's statistics to the AdaIN after it (two slots: the hidden's
+// partials are read before the next hidden's are written, and likewise the
+// block output's); x_stats: x's, where its producer wrote them.
+class Resblock1 {
+public:
+    Resblock1(const Context& ctx, std::string prefix, const float* x, float* out, int C, int T,
+              int kernel, const std::vector<int>& dilations, ops::ChannelPartials x_stats)
+        : ctx_(ctx),
+          prefix_(std::move(prefix)),
+          out_(out),
+          C_(C),
+          T_(T),
+          kernel_(kernel),
+          dilations_(dilations),
+          hidden_(ctx.floats("resblock.hidden", int64_t(C) * T)),
+          in_(x),
+          in_stats_(x_stats) {}
+    int steps() const { return 2 * static_cast<int>(dilations_.size()); }
+    const Context& ctx() const { return ctx_; }
+    void step(int s) {
+        const size_t j = size_t(s / 2);
+        const std::string idx = std::to_string(j);
+        if (s % 2 == 0) {
+            hidden_stats_ = ctx_.adain_conv1d(
+                in_, hidden_, C_, C_, T_, prefix_ + ".adain1." + idx + ".fc",
+                ops::Activation::kSnake, 0.f, ctx_.w(prefix_ + ".alpha1." + idx, C_),
+                prefix_ + ".convs1." + idx, kernel_, dilations_[j], nullptr, in_stats_,
+                "resblock.hidden");
+            return;
+        }
+        const bool last = j + 1 == dilations_.size();
+        in_stats_ = ctx_.adain_conv1d(
+            hidden_, out_, C_, C_, T_, prefix_ + ".adain2." + idx + ".fc", ops::Activation::kSnake,
+            0.f, ctx_.w(prefix_ + ".alpha2." + idx, C_), prefix_ + ".convs2." + idx, kernel_, 1,
+            in_, hidden_stats_, last ? nullptr : "resblock.out");
+        in_ = out_;
+    }
+
+private:
+    Context ctx_;
+    std::string prefix_;
+    float* out_;
+    int C_, T_, kernel_;
+    const std::vector<int>& dilations_;
+    float* hidden_;
+    const float* in_;
+    ops::ChannelPartials in_stats_, hidden_stats_{};
+};
+
 void adain_resblock1(const Context& ctx, const std::string& prefix, const float* x, float* out,
                      int C, int T, int kernel, const std::vector<int>& dilations,
                      ops::ChannelPartials x_stats) {
-    float* hidden = ctx.floats("resblock.hidden", int64_t(C) * T);
-    const float* in = x;
-    ops::ChannelPartials in_stats = x_stats;
-    for (size_t j = 0; j < dilations.size(); ++j) {
-        const std::string idx = std::to_string(j);
-        const bool last = j + 1 == dilations.size();
-        const ops::ChannelPartials hidden_stats = ctx.adain_conv1d(
-            in, hidden, C, C, T, prefix + ".adain1." + idx + ".fc", ops::Activation::kSnake, 0.f,
-            ctx.w(prefix + ".alpha1." + idx, C), prefix + ".convs1." + idx, kernel, dilations[j],
-            nullptr, in_stats, "resblock.hidden");
-        in_stats = ctx.adain_conv1d(
-            hidden, out, C, C, T, prefix + ".adain2." + idx + ".fc", ops::Activation::kSnake, 0.f,
-            ctx.w(prefix + ".alpha2." + idx, C), prefix + ".convs2." + idx, kernel, 1, in,
-            hidden_stats, last ? nullptr : "resblock.out");
-        in = out;
-    }
+    Resblock1 block(ctx, prefix, x, out, C, T, kernel, dilations, x_stats);
+    for (int s = 0; s < block.steps(); ++s) block.step(s);
 }
 
 void check_length(const std::string& what, int got, int want) {
@@ -209,49 +242,64 @@ void generator_forward(const Context& ctx, const Context& side,
         // Mean of the stage's residual blocks, ((out0 + out1) + out2) / 3 in
         // block order either way (the same bits sequential or concurrent),
         // its last sums formed by its reader (the next upsampler's or
-        // conv_post's half rows, up to three terms). Concurrent blocks write
-        // a buffer each, and blocks 0 and 1 (the shorter kernels) are added
-        // on block 1's stream while block 2 still runs. Sequential ones write
-        // `mean`, `branch` (any earlier middle block added into `mean`) and,
-        // the last block, stage_in itself, which no other block reads by then.
-        const bool concurrent =
-            ctx.fast && n_kernels <= kResblockStreams + 1 &&
-            n <= (last ? kConcurrentLastStageValues : kConcurrentResblockValues);
-        std::vector<float*> outs{mean};
-        for (int j = 1; j < n_kernels; ++j) {
-            if (concurrent) {
-                outs.push_back(j == 1 ? branch
-                                      : ctx.floats("generator.block" + std::to_string(j), n));
-            } else {
-                outs.push_back(j + 1 == n_kernels ? stage_in : branch);
-            }
-        }
+        // conv_post's half rows, up to three terms). The blocks write `mean`,
+        // `branch` and, the last block, stage_in itself once no other block
+        // reads it (sequential: any earlier middle block added into `mean`;
+        // concurrent: blocks 0 and 1, the shorter kernels, added on block 1's
+        // stream while block 2 still runs).
+        const bool concurrent = ctx.fast && n_kernels <= kResblockStreams + 1 &&
+                                (last || n <= kConcurrentResblockValues);
+        std::vector<Resblock1> blocks;
+        blocks.reserve(size_t(n_kernels));
         for (int j = 0; j < n_kernels; ++j) {
             const std::string block = g + ".resblocks." + std::to_string(i * n_kernels + j);
-            const Context& lane = concurrent && j > 0 ? resblocks[j - 1] : ctx;
-            if (&lane != &ctx) lane.wait_for(ctx);  // stage_in
-            const Context on = lane.with_conv_streams(concurrent ? n_kernels : 1);
-            adain_resblock1(on, block, stage_in, outs[size_t(j)], s.c_out, s.t_out,
-                            cfg.resblock_kernel_sizes[j], cfg.resblock_dilation_sizes[j],
-                            in_stats);
-            if (!concurrent && j > 0 && j + 2 < n_kernels) {
-                ops::add_scaled(mean, branch, mean, n, 1.f, ctx.stream);
+            float* out = j == 0 ? mean : j + 1 == n_kernels ? stage_in : branch;
+            // The source branches are done at the last stage (ctx waited for
+            // them): block 1 takes the side stream's slots there.
+            const Context lane = !concurrent || j == 0 ? ctx
+                                 : last && j == 1      ? resblocks[0].with_slots_of(side)
+                                                       : resblocks[j - 1];
+            if (concurrent && j > 0) lane.wait_for(ctx);  // stage_in
+            blocks.emplace_back(lane.with_conv_streams(concurrent ? n_kernels : 1), block,
+                                stage_in, out, s.c_out, s.t_out, cfg.resblock_kernel_sizes[j],
+                                cfg.resblock_dilation_sizes[j], in_stats);
+        }
+        if (concurrent) {
+            // In step order across the blocks; the last block's first write
+            // of stage_in waits for the others' step 1, the last of their
+            // steps that read it.
+            for (int step = 0; step < blocks.front().steps(); ++step) {
+                for (Resblock1& b : blocks) {
+                    if (step == 1 && &b == &blocks.back()) {
+                        for (const Resblock1& other : blocks) {
+                            if (&other != &b) b.ctx().wait_for(other.ctx());
+                        }
+                    }
+                    b.step(step);
+                }
+            }
+        } else {
+            for (int j = 0; j < n_kernels; ++j) {
+                Resblock1& b = blocks[size_t(j)];
+                for (int step = 0; step < b.steps(); ++step) b.step(step);
+                if (j > 0 && j + 2 < n_kernels) {
+                    ops::add_scaled(mean, branch, mean, n, 1.f, ctx.stream);
+                }
             }
         }
         static_assert(kResblockStreams == 2, "concurrent blocks: three at most");
         std::vector<float*> terms{mean};  // the reader's, in block order
+        if (concurrent && n_kernels == 3) {
+            const Context& lane = blocks[1].ctx();
+            lane.wait_for(ctx);  // block 0
+            ops::add_scaled(mean, branch, branch, n, 1.f, lane.stream);
+            terms = {branch};
+        } else if (n_kernels >= 3) {
+            terms.push_back(branch);
+        }
+        if (n_kernels >= 2) terms.push_back(stage_in);
         if (concurrent) {
-            if (n_kernels == 3) {
-                resblocks[0].wait_for(ctx);  // block 0
-                ops::add_scaled(outs[0], outs[1], outs[1], n, 1.f, resblocks[0].stream);
-                terms = {outs[1], outs[2]};
-            } else {
-                terms = outs;
-            }
-            for (int j = 1; j < n_kernels; ++j) ctx.wait_for(resblocks[j - 1]);
-        } else {
-            if (n_kernels >= 3) terms.push_back(branch);
-            if (n_kernels >= 2) terms.push_back(stage_in);
+            for (int j = 1; j < n_kernels; ++j) ctx.wait_for(blocks[size_t(j)].ctx());
         }
         stage_x = ops::ScaledSum(terms[0], terms.size() > 1 ? terms[1] : nullptr,
                                  1.f / static_cast<float>(n_kernels),

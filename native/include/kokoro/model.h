@@ -298,6 +298,13 @@ struct Context {
         c.conv_streams = n;
         return c;
     }
+    // The same stream with `other`'s workspace slots: only where other's
+    // work is done and ordered before everything enqueued here.
+    Context with_slots_of(const Context& other) const {
+        Context c = *this;
+        c.tag = other.tag;
+        return c;
+    }
     ops::GemmMath gemm_math() const { return fast ? ops::GemmMath::kTf32 : ops::GemmMath::kFp32; }
     const float* w(const std::string& name, int64_t numel) const {
         return weights.get(name, numel);
@@ -454,10 +461,10 @@ int generator_spec_frames(const ModelConfig& cfg, int F);
 // -> audio [source_upsampling() * 2F]. The stages' source branches (noise
 // conv + noise AdaINResBlock1 on har) run on `side` (whose stream holds har
 // already) concurrently with ctx's work, but in fp32 the last one on ctx.
-// In precision "fast", stages up to a size (a larger bound for the last)
-// run their residual blocks 2.. on `resblocks`
-// concurrently with block 1 on ctx (generator.cu says when). ctx has waited
-// for all of them on return.
+// In precision "fast" the last stage, and earlier stages up to a size, run
+// their residual blocks 2.. on `resblocks` concurrently with block 1 on ctx
+// (generator.cu says when; at the last stage block 2 takes `side`'s
+// workspace slots). ctx has waited for all of them on return.
 constexpr int kResblockStreams = 2;
 void generator_forward(const Context& ctx, const Context& side,
                        const Context (&resblocks)[kResblockStreams], ops::Stft& stft,
