@@ -439,7 +439,9 @@ FAST_CONV1D_CASES = [
     (512, 512, 13, 5, 2, 1),  # text encoder k5
     (1090, 100, 33, 3, 1, 1),  # decoder k3, Cin % 8 == 2; one tile: reduction split 18 ways
     (1090, 1024, 92, 3, 1, 1),  # decoder on a short input: split reduction
-    (128, 22, 257, 7, 3, 1),  # conv_post
+    (128, 22, 257, 7, 3, 1),  # conv_post (the wgmma kernel's narrow tile: Cout <= 32)
+    (128, 22, 30011, 7, 3, 1),  # conv_post on wide time tiles
+    (1090, 20, 33, 3, 1, 1),  # narrow tile, reduction split
     (128, 128, 34001, 7, 9, 3),  # wide time tiles (enough of them for every SM twice)
     (256, 256, 20011, 3, 1, 1),  # wide tiles, two Cout tiles
 ]
@@ -557,12 +559,14 @@ def test_conv1d_pointwise_statistics(
 @pytest.mark.parametrize("math_name", ["fp16", "fp16_mma_sync", "fp16x3", "fp16x3_mma_sync"])
 @pytest.mark.parametrize(
     "case",
-    # wide (128-step) tiles; on 132 SMs narrow (64-step) ones, 32 rows a warp; a split reduction
+    # wide (128-step) tiles; on 132 SMs narrow (64-step) ones, 32 rows a warp; a split reduction;
+    # a narrow Cout tile (wgmma, Cout <= 32: 4 rows a warp)
     [
         (128, 128, 34001, 7, 9, 3),
         (256, 256, 20011, 3, 1, 1),
         (256, 256, 9460, 3, 1, 1),
         (1090, 100, 33, 3, 1, 1),
+        (128, 24, 9001, 7, 3, 1),
     ],
     ids=lambda c: "x".join(map(str, c)),
 )

@@ -85,6 +85,7 @@
 #include <cstdint>
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kokoro/channel_stats.cuh"
@@ -363,6 +364,9 @@ constexpr int kPieces = kBK / 8;   // 16-byte pieces per chunk row
 constexpr int kPitch = kBK + 8;    // halves per padded shared row: 144 bytes, ldmatrix conflict-free
 constexpr int kStages = 3;         // weight tiles in flight
 constexpr int kCoutTile = 128;     // output channels per block
+// ... or, on the wgmma kernel, for convs of few output channels (conv_post:
+// 22), whose 128-row tile spent ~6x the needed MMAs.
+constexpr int kNarrowCoutTile = 32;
 
 // The arguments of both kernels: for each of `phases` output phases, the
 // GEMM sum[c, q] = sum_{k, ci} w_p[c, k, ci] x[q + k * dil - pad, ci] over
@@ -427,17 +431,16 @@ struct Chunk {
     }
 };
 
-// This block's rows of the GEMM. A conv1d's are channels c0 .. c0 + 127.
-// With phases (kPhases), row r is phase r % phases of channel c0 + r /
-// phases: a block holds every phase of kCoutTile / phases channels, so its
+// This block's rows of the GEMM (kN of them). A conv1d's are channels c0 ..
+// c0 + kN - 1. With phases (kPhases), row r is phase r % phases of channel
+// c0 + r / phases: a block holds every phase of kN / phases channels, so its
 // epilogue writes each channel's interleaved outputs as one contiguous run
 // (a block per phase wrote 4-byte stores at the stride's pitch, each its
 // own L2 sector, and re-read the residual's sectors per phase).
-template <bool kPhases>
+template <bool kPhases, int kN = kCoutTile>
 struct BlockRows {
     int c0, channels;  // the first channel, channels per block
-    __device__ explicit BlockRows(const ConvArgs& a)
-        : channels(kPhases ? kCoutTile / a.phases : kCoutTile) {
+    __device__ explicit BlockRows(const ConvArgs& a) : channels(kPhases ? kN / a.phases : kN) {
         c0 = int(blockIdx.y) * channels;
     }
     // The weight row of GEMM row r (phase-major weight rows p Cout + c), -1
@@ -469,16 +472,16 @@ __device__ void load_window(__half* dst, const ConvArgs& a, int first, int rows,
     }
 }
 
-// The weight tile of `rows` (128 of them), tap k, chunk c's 64 channels into shared
+// The weight tile of `rows` (kN of them), tap k, chunk c's 64 channels into shared
 // rows: padded (mma.sync reads it by ldmatrix), or 128 dense bytes per row
 // with piece p of row r at p ^ (r % 8) (wgmma's 128-byte swizzle). Thread i
 // copies piece i % 8 of rows i / 8 + j kThreads / 8, a fixed count.
-template <int kThreads, bool kSwizzle128, bool kPhases>
-__device__ void load_weights(__half* dst, const ConvArgs& a, const BlockRows<kPhases>& rows, int k,
-                             int c) {
+template <int kThreads, bool kSwizzle128, bool kPhases, int kN>
+__device__ void load_weights(__half* dst, const ConvArgs& a, const BlockRows<kPhases, kN>& rows,
+                             int k, int c) {
     constexpr int kRow = kSwizzle128 ? kBK : kPitch;
     constexpr int kRowStep = kThreads / kPieces;
-    static_assert(kThreads % kPieces == 0 && kCoutTile % kRowStep == 0, "whole rows per pass");
+    static_assert(kThreads % kPieces == 0 && kN % kRowStep == 0, "whole rows per pass");
     const Chunk chunk(a, c);
     const int p = threadIdx.x % kPieces, ci = chunk.ci0 + p * 8;
     const int r0 = int(threadIdx.x) / kPieces;
@@ -488,7 +491,7 @@ __device__ void load_weights(__half* dst, const ConvArgs& a, const BlockRows<kPh
     if constexpr (kPhases) {
         const int64_t tap = int64_t(a.K - 1 - k) * a.phases * a.Cout * a.ld + ci;
 #pragma unroll
-        for (int j = 0; j < kCoutTile / kRowStep; ++j) {
+        for (int j = 0; j < kN / kRowStep; ++j) {
             const int r = r0 + j * kRowStep, w = rows.weight_row(a, r);
             const bool valid = col_valid && w >= 0;
             cp_async16(dst + r * kRow + slot * 8,
@@ -500,7 +503,7 @@ __device__ void load_weights(__half* dst, const ConvArgs& a, const BlockRows<kPh
         const int64_t w_pitch = int64_t(a.K) * a.ld;
         const int64_t src = int64_t(k) * a.ld + (rows.c0 + r0) * w_pitch + ci;
 #pragma unroll
-        for (int j = 0; j < kCoutTile / kRowStep; ++j) {
+        for (int j = 0; j < kN / kRowStep; ++j) {
             const int r = r0 + j * kRowStep;
             const bool valid = col_valid && rows.c0 + r < a.Cout;
             cp_async16(dst + r * kRow + slot * 8,
@@ -608,9 +611,9 @@ __device__ void store_pad(const ConvArgs& a, int c, float u) {
 // steps (the values as stored).
 template <int kTile>
 constexpr int kStagedPitch = kTile + 4;
-template <int kTile>
+template <int kTile, int kN = kCoutTile>
 constexpr size_t staged_tile_bytes() {
-    return sizeof(float) * size_t(kCoutTile) * kStagedPitch<kTile>;
+    return sizeof(float) * size_t(kN) * kStagedPitch<kTile>;
 }
 
 // Waits for the block to leave the reduction (every copy landed, every
@@ -621,8 +624,8 @@ __device__ float* staged_tile(void* smem) {
     return reinterpret_cast<float*>(smem);
 }
 
-// After the thread's accumulators are in the tile: rows co0 .. co0 + 127 of
-// y (or the split's partial) from it, warp w taking rows w, w + kWarps, ...
+// After the thread's accumulators are in the tile: rows co0 .. co0 + kN - 1
+// of y (or the split's partial) from it, warp w taking rows w, w + kWarps, ...
 // Every residual value and bias the warp adds is loaded before the barrier,
 // all in flight together (64 values per thread, in the registers the
 // accumulators left): one memory latency per block, where loading per row
@@ -630,9 +633,9 @@ __device__ float* staged_tile(void* smem) {
 // above an earlier store). Lane l holds the bias of the warp's row l. The
 // values as stored replace the residuals in those registers, and the
 // statistics then take all the warp's rows at once (warp_partials).
-template <int kTile, int kThreads>
+template <int kTile, int kThreads, int kN = kCoutTile>
 __device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0, int c0) {
-    constexpr int kWarps = kThreads / 32, kRows = kCoutTile / kWarps, kPerLane = kTile / 32;
+    constexpr int kWarps = kThreads / 32, kRows = kN / kWarps, kPerLane = kTile / 32;
     static_assert(kRows <= 32, "a lane holds one row's bias");
     const Output out(a, c0);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -873,12 +876,13 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
 // meanwhile.
 constexpr int kWgmmaThreadsPerGroup = 128;
 constexpr int kSwizzleAlign = 1024;
-constexpr int kWeightStageHalves = kCoutTile * kBK;  // 16 KB
+template <int kN>
+constexpr int kWeightStageHalves = kN * kBK;  // 16 KB at kN 128
 
-template <int kGroups>
+template <int kGroups, int kN>
 size_t wgmma_smem_bytes(int halo) {
-    return std::max(staged_tile_bytes<64 * kGroups>(),
-                    kSwizzleAlign + sizeof(__half) * (size_t(kStages) * kWeightStageHalves +
+    return std::max(staged_tile_bytes<64 * kGroups, kN>(),
+                    kSwizzleAlign + sizeof(__half) * (size_t(kStages) * kWeightStageHalves<kN> +
                                                       size_t(2) * kPitch * (64 * kGroups + halo)));
 }
 
@@ -896,9 +900,10 @@ __device__ uint64_t weight_descriptor(uint32_t addr) {
 
 // Keeps the compiler from moving accumulator registers across the async
 // wgmma window.
-__device__ void fence_accumulators(float (&d)[64]) {
+template <int kRegs>
+__device__ void fence_accumulators(float (&d)[kRegs]) {
 #pragma unroll
-    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < kRegs; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // d (64 x 128 over the warpgroup) += a (64 x 16, registers) @ B (16 x 128,
@@ -929,11 +934,35 @@ __device__ void wgmma_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_
           "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
 }
+
+// The same with a 32-wide B (kNarrowCoutTile).
+__device__ void wgmma_m64n32k16(float (&d)[16], const uint32_t (&a)[4], uint64_t b_desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},"
+        " {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+
+template <int kN>
+__device__ void wgmma_m64k16(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t b_desc) {
+    static_assert(kN == kCoutTile || kN == kNarrowCoutTile, "the B widths above");
+    if constexpr (kN == kCoutTile) {
+        wgmma_m64n128k16(d, a, b_desc);
+    } else {
+        wgmma_m64n32k16(d, a, b_desc);
+    }
+}
 #endif
 
 // Two blocks of two warpgroups per SM (at most 128 registers per thread),
-// or three of one (their shared memory's limit).
-template <int kGroups, bool kPhases>
+// or three of one (their shared memory's limit). kN: the block's GEMM rows
+// (kCoutTile, or kNarrowCoutTile for a conv1d of few output channels).
+template <int kGroups, bool kPhases, int kN>
 __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 ? 2 : 3)
     conv1d_wgmma_kernel(const ConvArgs a) {
     await_producers();
@@ -944,9 +973,9 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
     char* const raw = reinterpret_cast<char*>(smem_vec);
     __half* const w_smem = reinterpret_cast<__half*>(
         raw + (kSwizzleAlign - smem_addr(raw) % kSwizzleAlign) % kSwizzleAlign);
-    __half* const win_smem = w_smem + kStages * kWeightStageHalves;
+    __half* const win_smem = w_smem + kStages * kWeightStageHalves<kN>;
     const int rows = kTile + a.dilation * (a.K - 1);
-    const BlockRows<kPhases> block_rows(a);
+    const BlockRows<kPhases, kN> block_rows(a);
     const int t0 = blockIdx.x * kTile;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     // Warp w holds time rows 16 w .. 16 w + 15 of the tile (its quarter of
@@ -954,12 +983,12 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
     // half lane / 16.
     const int a_off = (warp * 16 + lane % 16) * kPitch + lane / 16 * 8;
 
-    float d[64] = {};
+    float d[kN / 2] = {};
     reduction_pipeline<true>(
         a,
         [&](int c, int k, int stage) {
-            load_weights<kThreads, true>(w_smem + stage * kWeightStageHalves, a, block_rows, k,
-                                         c);
+            load_weights<kThreads, true>(w_smem + stage * kWeightStageHalves<kN>, a, block_rows,
+                                         k, c);
             if (k == 0) {
                 load_window<kThreads>(win_smem + (c % 2) * rows * kPitch, a, t0 - a.pad, rows, c);
             }
@@ -970,12 +999,12 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
 #pragma unroll
             for (int kk = 0; kk < kBK / 16; ++kk) ldmatrix_x4(af[kk], as + kk * 16);
             // Advancing K by 16 halves is +32 bytes inside the swizzled rows.
-            const uint32_t b_addr = smem_addr(w_smem + stage * kWeightStageHalves);
+            const uint32_t b_addr = smem_addr(w_smem + stage * kWeightStageHalves<kN>);
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
             fence_accumulators(d);
 #pragma unroll
             for (int kk = 0; kk < kBK / 16; ++kk) {
-                wgmma_m64n128k16(d, af[kk], weight_descriptor(b_addr + kk * 32));
+                wgmma_m64k16<kN>(d, af[kk], weight_descriptor(b_addr + kk * 32));
             }
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
@@ -986,7 +1015,7 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
     float* const tile = staged_tile(smem_vec);
     const int g = lane / 4, tq = lane % 4;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < kN / 8; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
             float* row = tile + (8 * j + 2 * tq + e) * kStagedPitch<kTile> + warp * 16 + g;
@@ -995,9 +1024,10 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
         }
     }
     if constexpr (kPhases) {
+        static_assert(kN == kCoutTile, "a transposed conv's phases take the wide tile");
         store_phases_tile<kTile, kThreads>(a, tile, t0, block_rows);
     } else {
-        store_staged_tile<kTile, kThreads>(a, tile, t0, block_rows.c0);
+        store_staged_tile<kTile, kThreads, kN>(a, tile, t0, block_rows.c0);
     }
 #else
     static_cast<void>(a);
@@ -1124,13 +1154,24 @@ void launch_mapped(const Gpu& gpu, const Plan& p, HalfConvKernel which, const Co
                    cudaStream_t stream) {
     const int halo = a.dilation * (a.K - 1);
     if (which == HalfConvKernel::kBest && gpu.wgmma) {
-        if (p.tile == 128) {
-            launch(conv1d_wgmma_kernel<2, kPhases>, "conv1d_wgmma_kernel",
-                   wgmma_smem_bytes<2>(halo), 2 * kWgmmaThreadsPerGroup, gpu, p, a, stream);
-        } else {
-            launch(conv1d_wgmma_kernel<1, kPhases>, "conv1d_wgmma_kernel",
-                   wgmma_smem_bytes<1>(halo), kWgmmaThreadsPerGroup, gpu, p, a, stream);
+        // kN: the narrow tile where one covers Cout (a conv1d's rows only).
+        auto wgmma = [&](auto n) {
+            constexpr int kN = decltype(n)::value;
+            if (p.tile == 128) {
+                launch(conv1d_wgmma_kernel<2, kPhases, kN>, "conv1d_wgmma_kernel",
+                       wgmma_smem_bytes<2, kN>(halo), 2 * kWgmmaThreadsPerGroup, gpu, p, a,
+                       stream);
+            } else {
+                launch(conv1d_wgmma_kernel<1, kPhases, kN>, "conv1d_wgmma_kernel",
+                       wgmma_smem_bytes<1, kN>(halo), kWgmmaThreadsPerGroup, gpu, p, a, stream);
+            }
+        };
+        using Narrow = std::integral_constant<int, kNarrowCoutTile>;
+        using Wide = std::integral_constant<int, kCoutTile>;
+        if constexpr (!kPhases) {
+            if (a.Cout <= kNarrowCoutTile) return wgmma(Narrow{});
         }
+        wgmma(Wide{});
     } else if (p.tile == 128) {
         launch(conv1d_mma_sync_kernel<128, kPhases>, "conv1d_mma_sync_kernel",
                mma_sync_smem_bytes<128>(halo), kMmaThreads, gpu, p, a, stream);
