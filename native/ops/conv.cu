@@ -864,8 +864,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
 
 // ---------------------------------------------------------------- wgmma
 // Time is the MMA's M and Cout its N: a block of kGroups warpgroups computes
-// 64 * kGroups (T) x 128 (Cout), each warpgroup m64n128k16 wgmmas on its 64
-// time steps. The A operand (input rows, shifted by the tap) comes from
+// 64 * kGroups (T) x kN (Cout: 128, or 32 for a conv1d of at most 32 output
+// channels), each warpgroup m64nNk16 wgmmas on its 64 time steps. The A operand (input rows, shifted by the tap) comes from
 // registers, loaded by ldmatrix from the padded window exactly as mma.sync
 // fragments, so a tap is any whole-row shift; B (the weight tile) is read
 // by the tensor cores from shared memory through a descriptor, rows 128
