@@ -268,8 +268,11 @@ void generator_forward(const Context& ctx, const Context& side,
             // In step order across the blocks; the last block's first write
             // of stage_in waits for the others' step 1, the last of their
             // steps that read it.
-            for (int step = 0; step < blocks.front().steps(); ++step) {
+            int steps = 0;
+            for (const Resblock1& b : blocks) steps = std::max(steps, b.steps());
+            for (int step = 0; step < steps; ++step) {
                 for (Resblock1& b : blocks) {
+                    if (step >= b.steps()) continue;
                     if (step == 1 && &b == &blocks.back()) {
                         for (const Resblock1& other : blocks) {
                             if (&other != &b) b.ctx().wait_for(other.ctx());
