@@ -865,9 +865,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
 // ---------------------------------------------------------------- wgmma
 // Time is the MMA's M and Cout its N: a block of kGroups warpgroups computes
 // 64 * kGroups (T) x kN (Cout: 128, or 32 for a conv1d of at most 32 output
-// channels), each warpgroup m64nNk16 wgmmas on its 64 time steps. The A operand (input rows, shifted by the tap) comes from
-// registers, loaded by ldmatrix from the padded window exactly as mma.sync
-// fragments, so a tap is any whole-row shift; B (the weight tile) is read
+// channels), each warpgroup m64nNk16 wgmmas on its 64 time steps. The A
+// operand (input rows, shifted by the tap) comes from registers, loaded by
+// ldmatrix from the padded window exactly as mma.sync fragments, so a tap
+// is any whole-row shift; B (the weight tile) is read
 // by the tensor cores from shared memory through a descriptor, rows 128
 // bytes, 128-byte swizzle, 8-row groups 1024 bytes apart (the stage bases
 // are 1024-byte aligned, where the swizzle pattern repeats). Each step's
@@ -1111,7 +1112,8 @@ struct Plan {
     }
 };
 
-// Rows of the grid (grid.y): tiles of kCoutTile / phases channels (BlockRows).
+// Rows of the grid (grid.y): tiles of kCoutTile / phases channels (BlockRows;
+// the narrow tile serves Cout <= kNarrowCoutTile only: one row tile either way).
 int row_tiles(const ConvArgs& a) {
     const int channels = kCoutTile / a.phases;
     return (a.Cout + channels - 1) / channels;
