@@ -192,9 +192,10 @@ py::array_t<float> matmul(const FloatArray& a, const FloatArray& b, bool trans_a
 }
 
 // split: ops::linear_split_half on w split at the host, as the engine's
-// fast precision uploads it; else ops::linear (plain fp32).
+// fast precision uploads it (mma_sync: on that kernel, not the best);
+// else ops::linear (plain fp32).
 py::array_t<float> linear(const FloatArray& x, const FloatArray& w, const OptionalFloat& b,
-                          const OptionalFloat& y0, float beta, bool split) {
+                          const OptionalFloat& y0, float beta, bool split, bool mma_sync) {
     require_ndim(x, 2, "x");
     require_ndim(w, 2, "w");
     const int rows = dim(x, 0), in = dim(x, 1), out = dim(w, 0);
@@ -205,9 +206,11 @@ py::array_t<float> linear(const FloatArray& x, const FloatArray& w, const Option
     if (split) {
         const HalfWeight dw = linear_weight_split(w);
         DeviceArray<__half> x_split(2 * int64_t(rows) * ops::split_pitch(in));
-        DFloat scratch(ops::linear_split_half_scratch_floats(rows, in, out));
+        const ops::HalfKernel kernel =
+            mma_sync ? ops::HalfKernel::kMmaSync : ops::HalfKernel::kBest;
+        DFloat scratch(ops::linear_split_half_scratch_floats(rows, in, out, kernel));
         ops::linear_split_half(dx.get(), x_split.get(), dw.w.get(), dw.scale, db.get(), y.get(),
-                               rows, in, out, scratch.get(), stream(), beta);
+                               rows, in, out, scratch.get(), stream(), beta, kernel);
     } else {
         DFloat dw = DFloat::from(w);
         ops::linear(context().blas, dx.get(), dw.get(), db.get(), y.get(), rows, in, out, stream(),
@@ -462,15 +465,15 @@ py::array_t<float> to_half_rows(const FloatArray& x, bool split,
 // forces its mma.sync kernel.
 struct HalfMath {
     ops::HalfOperands form;
-    ops::HalfConvKernel kernel;
+    ops::HalfKernel kernel;
 };
 std::optional<HalfMath> half_math(const std::string& math) {
     const std::string suffix = "_mma_sync";
     const bool mma_sync = math.size() > suffix.size() &&
                           math.compare(math.size() - suffix.size(), suffix.size(), suffix) == 0;
     const std::string base = mma_sync ? math.substr(0, math.size() - suffix.size()) : math;
-    const ops::HalfConvKernel kernel =
-        mma_sync ? ops::HalfConvKernel::kMmaSync : ops::HalfConvKernel::kBest;
+    const ops::HalfKernel kernel =
+        mma_sync ? ops::HalfKernel::kMmaSync : ops::HalfKernel::kBest;
     if (base == "fp16") return HalfMath{ops::HalfOperands::kRounded, kernel};
     if (base == "fp16x3") return HalfMath{ops::HalfOperands::kSplit, kernel};
     return std::nullopt;
@@ -791,7 +794,7 @@ void register_ops(py::module_& m) {
         "ops", "Test bindings of the CUDA ops: NumPy in, NumPy out (outputs poisoned with NaN first).");
     o.def("matmul", &matmul, "a"_a, "b"_a, "trans_a"_a = false, "trans_b"_a = false);
     o.def("linear", &linear, "x"_a, "w"_a, "b"_a = py::none(), "y0"_a = py::none(), "beta"_a = 0.f,
-          "split"_a = false);
+          "split"_a = false, "mma_sync"_a = false);
     o.def("albert_embeddings", &albert_embeddings, "ids"_a, "word"_a, "pos"_a = py::none(),
           "type0"_a = py::none());
     o.def("gelu_new", &gelu_new, "x"_a, "bias"_a = py::none());

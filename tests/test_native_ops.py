@@ -116,11 +116,15 @@ def test_linear_accumulates_with_beta(rng: np.random.Generator) -> None:
 
 
 # (600, 256, 2304): 360 tiles, more than a wave of three-stage blocks, so the two-stage kernel
-# (three blocks per SM on an H200); the others split the reduction or not.
+# (three blocks per SM on an H200); the others split the reduction or not. The best kernel
+# (wgmma on Hopper) and mma.sync (everywhere) each.
+@pytest.mark.parametrize("mma_sync", [False, True], ids=["best", "mma_sync"])
 @pytest.mark.parametrize(
     "rows,d_in,d_out", [(1, 1, 1), (32, 768, 2304), (159, 2048, 768), (502, 100, 130), (600, 256, 2304)]
 )
-def test_linear_split_half(rng: np.random.Generator, rows: int, d_in: int, d_out: int) -> None:
+def test_linear_split_half(
+    rng: np.random.Generator, rows: int, d_in: int, d_out: int, mma_sync: bool
+) -> None:
     """Fast precision's ALBERT linears: split FP16 operands on the tensor cores, as accurate as SGEMM.
 
     Weights of ALBERT's small scale (FP16's underflow would cost their low bits without the
@@ -135,7 +139,7 @@ def test_linear_split_half(rng: np.random.Generator, rows: int, d_in: int, d_out
     w = f32(rng.standard_normal((d_out, d_in)) * 2e-4)
     b, y0 = f32(rng.standard_normal(d_out) * 1e-3), f32(rng.standard_normal((rows, d_out)) * 1e-3)
     want = ref.linear(f64(x), f64(w), f64(b)) + 0.5 * f64(y0)
-    got = gpu.linear(x, w, b, y0, 0.5, split=True)
+    got = gpu.linear(x, w, b, y0, 0.5, split=True, mma_sync=mma_sync)
     check(f"linear split {rows}x{d_in}->{d_out}", got, want, reduction_tol(d_in))
     err, sgemm_err = rel_error(got, want), rel_error(gpu.linear(x, w, b, y0, 0.5), want)
     print(f"  split {err:.2e} vs SGEMM {sgemm_err:.2e}")
@@ -144,6 +148,18 @@ def test_linear_split_half(rng: np.random.Generator, rows: int, d_in: int, d_out
         w_half = f64((w * 2**20).astype(np.float16)) / 2**20
         rounded = f64(x.astype(np.float16)) @ w_half.T + f64(b) + 0.5 * f64(y0)
         assert rel_error(rounded, want) > 5 * reduction_tol(d_in), "the rounded-FP16 contrast is too weak"
+
+
+def test_linear_split_half_kernels_agree(rng: np.random.Generator) -> None:
+    """The best kernel (wgmma on Hopper) issues the same products in the same order into each
+    chunk's sums as mma.sync: the same bits, on a split reduction, a single one, and partial tiles."""
+    for rows, d_in, d_out in ((159, 2048, 768), (600, 256, 2304), (7, 100, 130)):
+        x = f32(rng.standard_normal((rows, d_in)))
+        w = f32(rng.standard_normal((d_out, d_in)) * 0.03)
+        b = f32(rng.standard_normal(d_out))
+        np.testing.assert_array_equal(
+            gpu.linear(x, w, b, split=True), gpu.linear(x, w, b, split=True, mma_sync=True)
+        )
 
 
 @pytest.mark.parametrize("rows,d_in,d_inter", [(32, 768, 2048), (159, 768, 2048), (600, 256, 1000)])

@@ -624,7 +624,7 @@ ops::ChannelPartials Context::conv1d_half_rows(const DeviceWeights::HalfConv& w,
         y_stats.data = conv_stats(y_stats_slot, c_out, y_stats.parts);
     }
     ops::conv1d_half_rows(rows, w.w, w.scale, b, y, c_in, c_out, t_in, kernel, pad, dilation,
-                          residual, w.form, scratch, stream, ops::HalfConvKernel::kBest,
+                          residual, w.form, scratch, stream, ops::HalfKernel::kBest,
                           y_stats.data, conv_streams, out_scale);
     return y_stats;
 }
@@ -653,7 +653,7 @@ ops::ChannelPartials Context::conv_transpose1d(const std::string& prefix, ops::S
         }
         ops::conv_transpose1d_half_rows(rows, w.w, w.scale, b, y, c_in, c_out, t_in, kernel, stride,
                                         pad, reflect_left, residual, w.form, scratch, stream,
-                                        ops::HalfConvKernel::kBest, y_stats.data);
+                                        ops::HalfKernel::kBest, y_stats.data);
         return y_stats;
     }
     const float* w = weights.get(weight, int64_t(c_in) * (c_out / groups) * kernel);

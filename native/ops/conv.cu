@@ -868,15 +868,13 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
 // channels), each warpgroup m64nNk16 wgmmas on its 64 time steps. The A
 // operand (input rows, shifted by the tap) comes from registers, loaded by
 // ldmatrix from the padded window exactly as mma.sync fragments, so a tap
-// is any whole-row shift; B (the weight tile) is read
-// by the tensor cores from shared memory through a descriptor, rows 128
-// bytes, 128-byte swizzle, 8-row groups 1024 bytes apart (the stage bases
-// are 1024-byte aligned, where the swizzle pattern repeats). Each step's
+// is any whole-row shift; B (the weight tile) is read by the tensor cores
+// from shared memory through a descriptor (mma.cuh's swizzled tiles, the
+// stage bases 1024-byte aligned). Each step's
 // wgmmas are waited for before the next barrier, so a stage is free once
 // the barrier passes; other warpgroups on the SM fill the tensor cores
 // meanwhile.
 constexpr int kWgmmaThreadsPerGroup = 128;
-constexpr int kSwizzleAlign = 1024;
 template <int kN>
 constexpr int kWeightStageHalves = kN * kBK;  // 16 KB at kN 128
 
@@ -887,68 +885,9 @@ size_t wgmma_smem_bytes(int halo) {
                                                       size_t(2) * kPitch * (64 * kGroups + halo)));
 }
 
-// The wgmma helpers exist in sm_90a device code only (the kernel's body too:
-// other targets build an empty kernel, never launched).
+// wgmma exists in sm_90a device code only (the kernel's body too: other
+// targets build an empty kernel, never launched).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// The shared-memory descriptor of a K-major B tile: start address, leading
-// byte offset unused with swizzling (1), stride byte offset 1024 (between
-// 8-row groups), 128-byte swizzle (mode 1 in bits 62-63); addresses in
-// 16-byte units.
-__device__ uint64_t weight_descriptor(uint32_t addr) {
-    return uint64_t((addr & 0x3FFFF) >> 4) | uint64_t(1) << 16 |
-           uint64_t(kSwizzleAlign >> 4) << 32 | uint64_t(1) << 62;
-}
-
-// Keeps the compiler from moving accumulator registers across the async
-// wgmma window.
-template <int kRegs>
-__device__ void fence_accumulators(float (&d)[kRegs]) {
-#pragma unroll
-    for (int i = 0; i < kRegs; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// d (64 x 128 over the warpgroup) += a (64 x 16, registers) @ B (16 x 128,
-// descriptor), FP16 in, fp32 accumulate; asynchronous until wgmma_wait.
-__device__ void wgmma_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_t b_desc) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, "
-        "%8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, "
-        "%24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, "
-        "%40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, "
-        "%56, %57, %58, %59, %60, %61, %62, %63},"
-        " {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-          "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
-}
-
-// The same with a 32-wide B (kNarrowCoutTile).
-__device__ void wgmma_m64n32k16(float (&d)[16], const uint32_t (&a)[4], uint64_t b_desc) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},"
-        " {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
-}
-
 template <int kN>
 __device__ void wgmma_m64k16(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t b_desc) {
     static_assert(kN == kCoutTile || kN == kNarrowCoutTile, "the B widths above");
@@ -1001,14 +940,14 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
             for (int kk = 0; kk < kBK / 16; ++kk) ldmatrix_x4(af[kk], as + kk * 16);
             // Advancing K by 16 halves is +32 bytes inside the swizzled rows.
             const uint32_t b_addr = smem_addr(w_smem + stage * kWeightStageHalves<kN>);
-            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+            wgmma_fence();
             fence_accumulators(d);
 #pragma unroll
             for (int kk = 0; kk < kBK / 16; ++kk) {
-                wgmma_m64k16<kN>(d, af[kk], weight_descriptor(b_addr + kk * 32));
+                wgmma_m64k16<kN>(d, af[kk], swizzled_descriptor(b_addr + kk * 32));
             }
-            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            wgmma_commit();
+            wgmma_wait<0>();
             fence_accumulators(d);
         });
 
@@ -1078,25 +1017,16 @@ bool has_phases(const ConvArgs& a) { return a.phases > 1 || a.y_left > 0; }
 // What the plan and the launch need of the current GPU, queried once per conv.
 struct Gpu {
     int sms, smem_optin;
-    // This build holds the wgmma kernel for it: SASS for sm_90a (CMake
-    // defines KOKORO_SM90A when the architectures include 90a) runs on
-    // compute capability 9.0 only.
-    bool wgmma;
+    bool wgmma;  // device_runs_wgmma()
 };
 
 Gpu current_gpu() {
     int device = 0;
-    Gpu g{0, 0, false};
+    Gpu g{0, 0, device_runs_wgmma()};
     KOKORO_CUDA_CHECK(cudaGetDevice(&device));
     KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&g.sms, cudaDevAttrMultiProcessorCount, device));
     KOKORO_CUDA_CHECK(
         cudaDeviceGetAttribute(&g.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-#ifdef KOKORO_SM90A
-    int major = 0, minor = 0;
-    KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    g.wgmma = major == 9 && minor == 0;
-#endif
     return g;
 }
 
@@ -1152,10 +1082,10 @@ void launch(Kernel kernel, const char* name, size_t smem, int threads, const Gpu
 
 // The kernel for the GPU, the tile and the output map (phases or not).
 template <bool kPhases>
-void launch_mapped(const Gpu& gpu, const Plan& p, HalfConvKernel which, const ConvArgs& a,
+void launch_mapped(const Gpu& gpu, const Plan& p, HalfKernel which, const ConvArgs& a,
                    cudaStream_t stream) {
     const int halo = a.dilation * (a.K - 1);
-    if (which == HalfConvKernel::kBest && gpu.wgmma) {
+    if (which == HalfKernel::kBest && gpu.wgmma) {
         // kN: the narrow tile where one covers Cout (a conv1d's rows only).
         auto wgmma = [&](auto n) {
             constexpr int kN = decltype(n)::value;
@@ -1183,7 +1113,7 @@ void launch_mapped(const Gpu& gpu, const Plan& p, HalfConvKernel which, const Co
     }
 }
 
-void launch(const Gpu& gpu, const Plan& p, HalfConvKernel which, const ConvArgs& a,
+void launch(const Gpu& gpu, const Plan& p, HalfKernel which, const ConvArgs& a,
             cudaStream_t stream) {
     if (has_phases(a)) {
         launch_mapped<true>(gpu, p, which, a, stream);
@@ -1403,7 +1333,7 @@ HalfCall transposed_call(int Cin, int Cout, int Tin, int K, int stride, int pad,
 }
 
 void run(HalfCall c, const __half* x, const __half* w, float w_scale, const float* b, float* y,
-         const float* residual, float* scratch, cudaStream_t stream, HalfConvKernel kernel,
+         const float* residual, float* scratch, cudaStream_t stream, HalfKernel kernel,
          double* stats) {
     if (c.empty()) return;
     if (stats != nullptr && c.stats_parts() == 0) {
@@ -1447,7 +1377,7 @@ int conv1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int pad, int
 void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b, float* y,
                       int Cin, int Cout, int Tin, int K, int pad, int dilation,
                       const float* residual, HalfOperands form, float* scratch,
-                      cudaStream_t stream, HalfConvKernel kernel, double* stats, int streams,
+                      cudaStream_t stream, HalfKernel kernel, double* stats, int streams,
                       float out_scale) {
     HalfCall call = conv1d_call(Cin, Cout, Tin, K, pad, dilation, form, streams);
     call.args.out_scale = out_scale;
@@ -1480,7 +1410,7 @@ int conv_transpose1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, in
 void conv_transpose1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b,
                                 float* y, int Cin, int Cout, int Tin, int K, int stride, int pad,
                                 int reflect_left, const float* residual, HalfOperands form,
-                                float* scratch, cudaStream_t stream, HalfConvKernel kernel,
+                                float* scratch, cudaStream_t stream, HalfKernel kernel,
                                 double* stats) {
     run(transposed_call(Cin, Cout, Tin, K, stride, pad, reflect_left, form), x, w, w_scale, b, y,
         residual, scratch, stream, kernel, stats);

@@ -12,14 +12,18 @@
 // cores (ops.h says why its accumulation is its own): both operands split
 // into FP16 hi + lo parts, the weight once at upload (host), x per call by
 // split_rows_kernel; w's power-of-two scaling (away from FP16's underflow)
-// is undone in the epilogue, exactly. The kernel is a plain mma.sync GEMM:
-// 64 x 64 output tiles, 4 warps of 32 x 32, one 64-wide reduction chunk per
-// pipeline step: its four tiles (x_hi, x_lo, w_hi, w_lo; 3 cp.async stages,
-// or 2 where that fits a grid in one wave (plan); 144-byte padded shared
-// rows: ldmatrix conflict-free) each loaded once for
-// the three products (L2 bound otherwise: one product's two tiles per step
-// was 1.5x the traffic); each chunk's sums then move from the MMA
-// accumulators into fp32 registers.
+// is undone in the epilogue, exactly. The kernel is a plain GEMM on 64 x 64
+// output tiles, one 64-wide reduction chunk per pipeline step: its four
+// tiles (x_hi, x_lo, w_hi, w_lo; 3 cp.async stages, or 2 where that fits a
+// grid in one wave (plan)) each loaded once for the three products (L2
+// bound otherwise: one product's two tiles per step was 1.5x the traffic);
+// each chunk's sums then move from the MMA accumulators into fp32
+// registers. Two kernels of that one design (HalfKernel): wgmma (sm_90a),
+// one warpgroup whose m64n64k16 wgmmas read both operands from 128-byte
+// swizzled tiles, and mma.sync (sm_80 on), 4 warps of 32 x 32 reading
+// 144-byte padded rows (ldmatrix conflict-free). Both issue the three
+// products of each 16-wide slice in the same order into the chunk's sums:
+// the same bits (the op tests check it on Hopper).
 // ALBERT's shapes give few tiles (12 - 36 at 32 rows), and a block's steps
 // are bound by the latency of its copies, so the reduction is split over
 // blocks up to one wave of resident blocks; the splits' sums are then
@@ -61,11 +65,18 @@ namespace split_gemm {
 
 constexpr int kTile = 64;  // output rows and columns per block
 constexpr int kBK = kSplitChunk;
+constexpr int kThreads = 128;  // 4 warps: one warpgroup
+// A stage holds four kTile-row tiles (x_hi, x_lo, w_hi, w_lo) of kBK
+// halves, rows padded to kPitch (mma.sync) or dense and swizzled (wgmma).
 constexpr int kPitch = kBK + 8;  // halves per padded shared row: 144 bytes
-constexpr int kThreads = 128;
-constexpr int kStageHalves = 4 * kTile * kPitch;  // x_hi, x_lo, w_hi, w_lo tiles
-// Shared memory of a block with `stages` pipeline stages.
-constexpr size_t smem_bytes(int stages) { return sizeof(__half) * stages * kStageHalves; }
+template <bool kSwizzled>
+constexpr int kStageHalves = 4 * kTile * (kSwizzled ? kBK : kPitch);
+// Shared memory of a block with `stages` pipeline stages (wgmma: plus the
+// swizzle's alignment).
+constexpr size_t smem_bytes(bool wgmma, int stages) {
+    return wgmma ? kSwizzleAlign + sizeof(__half) * stages * kStageHalves<true>
+                 : sizeof(__half) * stages * kStageHalves<false>;
+}
 
 // partial null: one split, the kernel writes y; else split z writes its
 // unscaled sums over chunks [z * chunks_per_split, ...) to partial[z]
@@ -82,21 +93,31 @@ struct Args {
 
 template <int Stages>
 __global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args a);
-
-// Blocks of linear_split_kernel<Stages> that fit on the device at once (it
-// needs its shared memory size set first; no other size is ever set).
 template <int Stages>
-int resident_blocks(int sms) {
-    constexpr size_t bytes = smem_bytes(Stages);
-    KOKORO_CUDA_CHECK(cudaFuncSetAttribute(
-        linear_split_kernel<Stages>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+__global__ void __launch_bounds__(kThreads) linear_split_wgmma_kernel(const Args a);
+
+// The instantiation that runs a plan.
+using Kernel = void (*)(Args);
+Kernel kernel_for(bool wgmma, int stages) {
+    if (wgmma) return stages == 2 ? linear_split_wgmma_kernel<2> : linear_split_wgmma_kernel<3>;
+    return stages == 2 ? linear_split_kernel<2> : linear_split_kernel<3>;
+}
+
+// Blocks of that kernel that fit on the device at once (it needs its
+// shared memory size set first; no other size is ever set).
+int resident_blocks(bool wgmma, int stages, int sms) {
+    const size_t bytes = smem_bytes(wgmma, stages);
+    const Kernel kernel = kernel_for(wgmma, stages);
+    KOKORO_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
     int per_sm = 0;
-    KOKORO_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, linear_split_kernel<Stages>, kThreads, bytes));
+    KOKORO_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, bytes));
     return std::max(1, per_sm) * sms;
 }
 
 struct Plan {
+    bool wgmma;
     int stages, splits, chunks_per_split;
 };
 
@@ -106,17 +127,18 @@ struct Plan {
 // wave of two-stage blocks (three per SM), two stages and no split: the
 // shallower pipeline loses less than the second wave (ALBERT's fused QKV
 // projection at 502 rows: 288 tiles).
-Plan plan(int rows, int in, int out) {
+Plan plan(int rows, int in, int out, HalfKernel which) {
     int device = 0, sms = 0;
     KOKORO_CUDA_CHECK(cudaGetDevice(&device));
     KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const bool wgmma = which == HalfKernel::kBest && device_runs_wgmma();
     const int chunks = split_pitch(in) / kBK;
     const int tiles = ((out + kTile - 1) / kTile) * ((rows + kTile - 1) / kTile);
-    const int deep = resident_blocks<3>(sms);
-    if (tiles > deep && tiles <= resident_blocks<2>(sms)) return {2, 1, chunks};
+    const int deep = resident_blocks(wgmma, 3, sms);
+    if (tiles > deep && tiles <= resident_blocks(wgmma, 2, sms)) return {wgmma, 2, 1, chunks};
     const int wanted = std::max(1, deep / tiles);
     const int per = (chunks + wanted - 1) / wanted;
-    return {3, (chunks + per - 1) / per, per};
+    return {wgmma, 3, (chunks + per - 1) / per, per};
 }
 
 // y = the split sums (SplitSums: in split order, times w_scale, + beta * y) (+ b).
@@ -131,24 +153,75 @@ __global__ void split_sum_kernel(SplitSums sums, const float* b, float* y, int o
 }
 
 // Chunk c's four tiles into `stage`: x_hi, x_lo (output rows m0..), w_hi,
-// w_lo (output columns n0..), 64 reduction columns each. Thread i copies
-// piece i % 8 of rows i / 8 + 16 j of every tile; rows past the matrices
-// are zero filled.
+// w_lo (output columns n0..), 64 reduction columns each; rows padded to
+// kPitch, or dense with 16-byte piece p of row r at slot p ^ (r % 8) (the
+// 128-byte swizzle). Thread i copies piece i % 8 of rows i / 8 + 16 j of
+// every tile; rows past the matrices are zero filled.
+template <bool kSwizzled>
 __device__ void load_chunk(__half* stage, const Args& a, int m0, int n0, int c) {
-    const int k0 = c * kBK + threadIdx.x % 8 * 8;
+    constexpr int kRow = kSwizzled ? kBK : kPitch;
+    constexpr int kRowStep = kThreads / 8;
+    static_assert(kRowStep % 8 == 0, "one swizzle slot per thread");
+    const int piece = threadIdx.x % 8, r0 = threadIdx.x / 8;
+    const int k0 = c * kBK + piece * 8;
     const int64_t x_part = int64_t(a.rows) * a.pitch, w_part = int64_t(a.out) * a.pitch;
-    __half* dst = stage + threadIdx.x % 8 * 8;
+    __half* dst = stage + (kSwizzled ? piece ^ (r0 % 8) : piece) * 8;
 #pragma unroll
-    for (int j = 0; j < kTile * 8 / kThreads; ++j) {
-        const int r = threadIdx.x / 8 + j * (kThreads / 8);
+    for (int j = 0; j < kTile / kRowStep; ++j) {
+        const int r = r0 + j * kRowStep;
         const bool x_ok = m0 + r < a.rows, w_ok = n0 + r < a.out;
         const __half* x = x_ok ? a.x + int64_t(m0 + r) * a.pitch + k0 : a.x;
         const __half* w = w_ok ? a.w + int64_t(n0 + r) * a.pitch + k0 : a.w;
-        cp_async16(dst + (0 * kTile + r) * kPitch, x, x_ok);
-        cp_async16(dst + (1 * kTile + r) * kPitch, x_ok ? x + x_part : a.x, x_ok);
-        cp_async16(dst + (2 * kTile + r) * kPitch, w, w_ok);
-        cp_async16(dst + (3 * kTile + r) * kPitch, w_ok ? w + w_part : a.w, w_ok);
+        cp_async16(dst + (0 * kTile + r) * kRow, x, x_ok);
+        cp_async16(dst + (1 * kTile + r) * kRow, x_ok ? x + x_part : a.x, x_ok);
+        cp_async16(dst + (2 * kTile + r) * kRow, w, w_ok);
+        cp_async16(dst + (3 * kTile + r) * kRow, w_ok ? w + w_part : a.w, w_ok);
     }
+}
+
+// The reduction walk of one block over its split's chunks, Stages cp.async
+// stages deep: compute(tiles) runs chunk s once it has landed for every
+// thread; the barrier before it also frees the stage chunk s - 1 used
+// (compute waits for its MMAs), which chunk s + Stages - 1 then refills.
+// kAsyncProxy: compute reads shared memory through the async proxy
+// (wgmma), which must be fenced against the copies.
+template <int Stages, bool kAsyncProxy, class Compute>
+__device__ void reduction_pipeline(const Args& a, __half* smem, int m0, int n0,
+                                   Compute compute) {
+    constexpr int kStage = kStageHalves<kAsyncProxy>;
+    const int first = blockIdx.z * a.chunks_per_split;
+    const int chunks = min(a.chunks_per_split, a.pitch / kBK - first);
+#pragma unroll
+    for (int s = 0; s < Stages - 1; ++s) {
+        if (s < chunks) load_chunk<kAsyncProxy>(smem + s * kStage, a, m0, n0, first + s);
+        cp_async_commit();
+    }
+    for (int s = 0; s < chunks; ++s) {
+        cp_async_wait<Stages - 2>();
+        if (kAsyncProxy) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();  // chunk s landed; every warp is done with chunk s - 1's stage
+        if (s + Stages - 1 < chunks) {
+            load_chunk<kAsyncProxy>(smem + (s + Stages - 1) % Stages * kStage, a, m0, n0,
+                                    first + s + Stages - 1);
+        }
+        cp_async_commit();
+        compute(smem + s % Stages * kStage);
+    }
+}
+
+// Output (m, n)'s value: this split's partial, or y (scaled, + beta y, + b).
+__device__ void store_output(const Args& a, int m, int n, float sum) {
+    if (m >= a.rows || n >= a.out) return;
+    const int64_t at = int64_t(m) * a.out + n;
+    if (a.partial != nullptr) {
+        a.partial[blockIdx.z * int64_t(a.rows) * a.out + at] = sum;
+        return;
+    }
+    float* y = a.y + at;
+    float v = sum * a.w_scale;
+    if (a.beta != 0.f) v += a.beta * *y;
+    if (a.b != nullptr) v += a.b[n];
+    *y = v;
 }
 
 template <int Stages>
@@ -159,25 +232,9 @@ __global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args a) {
     const int m0 = blockIdx.y * kTile, n0 = blockIdx.x * kTile;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int wm = warp / 2 * 32, wn = warp % 2 * 32;  // this warp's 32 x 32 of the tile
-    // This split's chunks [first, first + chunks).
-    const int first = blockIdx.z * a.chunks_per_split;
-    const int chunks = min(a.chunks_per_split, a.pitch / kBK - first);
     float acc[2][4][4] = {};  // fp32 sums over the finished chunks
-#pragma unroll
-    for (int s = 0; s < Stages - 1; ++s) {
-        if (s < chunks) load_chunk(smem + s * kStageHalves, a, m0, n0, first + s);
-        cp_async_commit();
-    }
-    for (int s = 0; s < chunks; ++s) {
-        cp_async_wait<Stages - 2>();
-        __syncthreads();  // chunk s landed; every warp is done with chunk s - 1's stage
-        if (s + Stages - 1 < chunks) {
-            load_chunk(smem + (s + Stages - 1) % Stages * kStageHalves, a, m0, n0,
-                       first + s + Stages - 1);
-        }
-        cp_async_commit();
+    reduction_pipeline<Stages, false>(a, smem, m0, n0, [&](const __half* tiles) {
         float sums[2][4][4] = {};  // the MMAs' sums over this chunk
-        const __half* tiles = smem + s % Stages * kStageHalves;
 #pragma unroll
         for (int kk = 0; kk < kBK; kk += 16) {
             // [part][mi or pair]: A rows lane % 16, k half lane / 16; B (rows
@@ -214,31 +271,68 @@ __global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args a) {
             for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[mi][ni][e] += sums[mi][ni][e];
-    }
+    });
     // Accumulator element e of tile (mi, ni): row lane / 4 (+ 8 for e >= 2),
     // column 2 (lane % 4) + e % 2.
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
+    for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
+        for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int m = m0 + wm + mi * 16 + lane / 4 + e / 2 * 8;
-                const int n = n0 + wn + ni * 8 + lane % 4 * 2 + e % 2;
-                if (m >= a.rows || n >= a.out) continue;
-                const int64_t at = int64_t(m) * a.out + n;
-                if (a.partial != nullptr) {
-                    a.partial[blockIdx.z * int64_t(a.rows) * a.out + at] = acc[mi][ni][e];
-                    continue;
-                }
-                float* y = a.y + at;
-                float v = acc[mi][ni][e] * a.w_scale;
-                if (a.beta != 0.f) v += a.beta * *y;
-                if (a.b != nullptr) v += a.b[n];
-                *y = v;
+                store_output(a, m0 + wm + mi * 16 + lane / 4 + e / 2 * 8,
+                             n0 + wn + ni * 8 + lane % 4 * 2 + e % 2, acc[mi][ni][e]);
             }
+}
+
+// The wgmma body exists in sm_90a device code only (other targets build an
+// empty kernel, never launched).
+template <int Stages>
+__global__ void __launch_bounds__(kThreads) linear_split_wgmma_kernel(const Args a) {
+    await_producers();
+    release_dependents();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ uint4 smem_vec[];
+    char* const raw = reinterpret_cast<char*>(smem_vec);
+    __half* const smem = reinterpret_cast<__half*>(
+        raw + (kSwizzleAlign - smem_addr(raw) % kSwizzleAlign) % kSwizzleAlign);
+    const int m0 = blockIdx.y * kTile, n0 = blockIdx.x * kTile;
+    float acc[kTile / 2] = {};  // fp32 sums over the finished chunks
+    reduction_pipeline<Stages, true>(a, smem, m0, n0, [&](const __half* tiles) {
+        constexpr uint32_t kTileBytes = kTile * kBK * sizeof(__half);
+        const uint32_t x_hi = smem_addr(tiles), x_lo = x_hi + kTileBytes;
+        const uint32_t w_hi = x_hi + 2 * kTileBytes, w_lo = x_hi + 3 * kTileBytes;
+        float sums[kTile / 2] = {};  // the MMAs' sums over this chunk
+        wgmma_fence();
+        fence_accumulators(sums);
+        // x_hi w_hi + x_hi w_lo + x_lo w_hi per 16-wide slice (+32 bytes).
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk) {
+            const uint32_t k = kk * 32;
+            wgmma_m64n64k16(sums, swizzled_descriptor(x_hi + k), swizzled_descriptor(w_hi + k));
+            wgmma_m64n64k16(sums, swizzled_descriptor(x_hi + k), swizzled_descriptor(w_lo + k));
+            wgmma_m64n64k16(sums, swizzled_descriptor(x_lo + k), swizzled_descriptor(w_hi + k));
         }
-    }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_accumulators(sums);
+#pragma unroll
+        for (int i = 0; i < kTile / 2; ++i) acc[i] += sums[i];
+    });
+    // acc[4 j + 2 h + e]: row 16 warp + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e.
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int j = 0; j < kTile / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                store_output(a, m0 + 16 * warp + lane / 4 + 8 * h, n0 + 8 * j + lane % 4 * 2 + e,
+                             acc[4 * j + 2 * h + e]);
+            }
+#else
+    static_cast<void>(a);
+#endif
 }
 
 }  // namespace split_gemm
@@ -296,8 +390,8 @@ float linear_weight_to_split_half(const float* w, __half* dst, int out, int in) 
     return weight_rows_to_half(w, dst, out, in, split_pitch(in), HalfOperands::kSplit);
 }
 
-int64_t linear_split_half_scratch_floats(int rows, int in, int out) {
-    const split_gemm::Plan p = split_gemm::plan(rows, in, out);
+int64_t linear_split_half_scratch_floats(int rows, int in, int out, HalfKernel kernel) {
+    const split_gemm::Plan p = split_gemm::plan(rows, in, out, kernel);
     return p.splits > 1 ? int64_t(p.splits) * rows * out : 0;
 }
 
@@ -306,7 +400,7 @@ namespace {
 // the GEMM where the reduction is not split, else by whoever adds the sums).
 SplitSums split_gemm_sums(const float* x, __half* x_split, const __half* w_split, float w_scale,
                           const float* b, float* y, int rows, int in, int out, float* scratch,
-                          cudaStream_t stream, float beta) {
+                          cudaStream_t stream, float beta, HalfKernel kernel) {
     const int pitch = split_pitch(in);
     const int64_t n = int64_t(rows) * pitch;
     if (x != nullptr) {
@@ -314,13 +408,14 @@ SplitSums split_gemm_sums(const float* x, __half* x_split, const __half* w_split
                          stream, "split_rows_kernel", x, x_split, rows, in, pitch);
     }
     using namespace split_gemm;
-    const Plan p = plan(rows, in, out);
+    const Plan p = plan(rows, in, out, kernel);
     float* partial = p.splits > 1 ? scratch : nullptr;
     const dim3 grid(unsigned((out + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile),
                     unsigned(p.splits));
     // plan() set the chosen instantiation's shared memory size.
-    launch_dependent(p.stages == 2 ? linear_split_kernel<2> : linear_split_kernel<3>, grid,
-                     dim3(kThreads), smem_bytes(p.stages), stream, "linear_split_kernel",
+    launch_dependent(kernel_for(p.wgmma, p.stages), grid, dim3(kThreads),
+                     smem_bytes(p.wgmma, p.stages), stream,
+                     p.wgmma ? "linear_split_wgmma_kernel" : "linear_split_kernel",
                      Args{x_split, w_split, b, y, partial, w_scale, beta, rows, out, pitch,
                           p.chunks_per_split});
     if (partial == nullptr) return SplitSums(y);
@@ -330,10 +425,10 @@ SplitSums split_gemm_sums(const float* x, __half* x_split, const __half* w_split
 
 void linear_split_half(const float* x, __half* x_split, const __half* w_split, float w_scale,
                        const float* b, float* y, int rows, int in, int out, float* scratch,
-                       cudaStream_t stream, float beta) {
+                       cudaStream_t stream, float beta, HalfKernel kernel) {
     if (rows <= 0 || out <= 0) return;
     const SplitSums sums = split_gemm_sums(x, x_split, w_split, w_scale, b, y, rows, in, out,
-                                           scratch, stream, beta);
+                                           scratch, stream, beta, kernel);
     if (sums.partial != nullptr) {
         launch_dependent(split_gemm::split_sum_kernel, dim3(unsigned((sums.n + 255) / 256)),
                          dim3(256), 0, stream, "split_sum_kernel", sums, b, y, out);
@@ -342,10 +437,11 @@ void linear_split_half(const float* x, __half* x_split, const __half* w_split, f
 
 SplitSums linear_split_half_sums(const float* x, __half* x_split, const __half* w_split,
                                  float w_scale, float* y, int rows, int in, int out,
-                                 float* scratch, cudaStream_t stream, float beta) {
+                                 float* scratch, cudaStream_t stream, float beta,
+                                 HalfKernel kernel) {
     if (rows <= 0 || out <= 0) return SplitSums(y);
     return split_gemm_sums(x, x_split, w_split, w_scale, nullptr, y, rows, in, out, scratch,
-                           stream, beta);
+                           stream, beta, kernel);
 }
 
 }  // namespace kokoro::ops

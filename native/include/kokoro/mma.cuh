@@ -1,12 +1,16 @@
 // Tensor-core building blocks shared by the FP16 kernels (conv.cu's
 // implicit-GEMM convs, linear.cu's split-operand linear): 16-byte cp.async
-// copies into shared memory, ldmatrix, and the m16n8k16 mma.sync. Thin
-// wrappers over one PTX instruction each (sm_80 and newer).
+// copies into shared memory, ldmatrix, and the m16n8k16 mma.sync (sm_80 and
+// newer); Hopper's wgmma (sm_90a device code only) with its shared-memory
+// descriptors. Thin wrappers over one PTX instruction each.
 #pragma once
 
 #include <cstdint>
 
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "kokoro/check.h"
 
 namespace kokoro::ops {
 
@@ -43,5 +47,124 @@ __device__ __forceinline__ void mma_f16(float (&acc)[4], const uint32_t (&a)[4],
         : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+// Whether the current device runs this build's sm_90a kernels: SASS for
+// sm_90a (CMake defines KOKORO_SM90A when the architectures include 90a)
+// runs on compute capability 9.0 only.
+inline bool device_runs_wgmma() {
+#ifdef KOKORO_SM90A
+    int device = 0, major = 0, minor = 0;
+    KOKORO_CUDA_CHECK(cudaGetDevice(&device));
+    KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    return major == 9 && minor == 0;
+#else
+    return false;
+#endif
+}
+
+// wgmma operand tiles in shared memory: K-major rows of 64 halves (128
+// bytes) with the 128-byte swizzle (16-byte piece p of row r at slot
+// p ^ (r % 8)), 8-row groups 1024 bytes apart, each tile's base 1024-byte
+// aligned (where the swizzle pattern repeats).
+constexpr int kSwizzleAlign = 1024;
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The shared-memory descriptor of such a tile: start address, leading byte
+// offset unused with swizzling (1), stride byte offset 1024 (between 8-row
+// groups), 128-byte swizzle (mode 1 in bits 62-63); addresses in 16-byte
+// units. Advancing K by 16 halves is +32 bytes inside the swizzled rows.
+__device__ __forceinline__ uint64_t swizzled_descriptor(uint32_t addr) {
+    return uint64_t((addr & 0x3FFFF) >> 4) | uint64_t(1) << 16 |
+           uint64_t(kSwizzleAlign >> 4) << 32 | uint64_t(1) << 62;
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// Waits until at most kPending committed wgmma groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Keeps the compiler from moving accumulator registers across the async
+// wgmma window.
+template <int kRegs>
+__device__ __forceinline__ void fence_accumulators(float (&d)[kRegs]) {
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d (64 x 128 over the warpgroup) += a (64 x 16, registers) @ B (16 x 128,
+// descriptor), FP16 in, fp32 accumulate; asynchronous until wgmma_wait.
+// d[4 j + 2 h + e] of warp w, lane l: row 16 w + l / 4 + 8 h, column
+// 8 j + 2 (l % 4) + e (every wgmma below).
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const uint32_t (&a)[4],
+                                                 uint64_t b_desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, "
+        "%40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, "
+        "%56, %57, %58, %59, %60, %61, %62, %63},"
+        " {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+
+// The same with a 32-wide B.
+__device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], const uint32_t (&a)[4],
+                                                uint64_t b_desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},"
+        " {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+
+// d (64 x 64) += A (64 x 16) @ B (16 x 64), both operands from shared
+// memory by descriptor.
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t a_desc,
+                                                uint64_t b_desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31},"
+        " %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(a_desc), "l"(b_desc), "r"(1));
+}
+#endif
 
 }  // namespace kokoro::ops

@@ -60,6 +60,12 @@ void linear(cublasHandle_t handle, const float* x, const float* w, const float* 
             int rows, int in, int out, cudaStream_t stream, float beta = 0.f,
             GemmMath math = GemmMath::kFp32);
 
+// Which kernel runs a tensor-core op on FP16 operands (the split linear,
+// the half-rows convs): the best this build and GPU run (wgmma where the
+// build holds sm_90a code and the GPU is compute capability 9.0, else
+// mma.sync), or mma.sync everywhere (tests check both on Hopper).
+enum class HalfKernel { kBest, kMmaSync };
+
 // Linear on split FP16 operands (precision "fast"'s ALBERT and bert_encoder,
 // where TF32 or rounded FP16 would change the durations): each operand v =
 // hi + lo (hi = fp16(v), lo = fp16(v - hi)), stored hi part then lo part,
@@ -84,8 +90,10 @@ float linear_weight_to_split_half(const float* w, __half* dst, int out, int in);
 // FP16's range. y may not alias x.
 void linear_split_half(const float* x, __half* x_split, const __half* w_split, float w_scale,
                        const float* b, float* y, int rows, int in, int out, float* scratch,
-                       cudaStream_t stream, float beta = 0.f);
-int64_t linear_split_half_scratch_floats(int rows, int in, int out);
+                       cudaStream_t stream, float beta = 0.f,
+                       HalfKernel kernel = HalfKernel::kBest);
+int64_t linear_split_half_scratch_floats(int rows, int in, int out,
+                                         HalfKernel kernel = HalfKernel::kBest);
 // A split linear's output as its blocks left it, for the op that reads it to
 // add up (one kernel fewer in a serial chain: ALBERT's GELU):
 // value i = (partial[0][i] + partial[1][i] + ...) * w_scale + beta * y[i],
@@ -116,7 +124,8 @@ struct SplitSums {
 // split). The scratch must stay untouched until the reader has run.
 SplitSums linear_split_half_sums(const float* x, __half* x_split, const __half* w_split,
                                  float w_scale, float* y, int rows, int in, int out,
-                                 float* scratch, cudaStream_t stream, float beta = 0.f);
+                                 float* scratch, cudaStream_t stream, float beta = 0.f,
+                                 HalfKernel kernel = HalfKernel::kBest);
 
 // ------------------------------------------------------------ elementwise.cu
 // out[t, :] = table[ids[t], :] for t < T.
@@ -280,21 +289,18 @@ int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation);
 // `form`; fp32 accumulation; b, residual and y as conv1d.
 // `scratch`: conv1d_half_rows_scratch_floats(...) floats (partial sums where
 // the reduction is split over blocks; 0: may be null).
-// `kernel`: the best this build and GPU run (wgmma where the build holds
-// sm_90a code and the GPU is compute capability 9.0, else mma.sync), or
-// mma.sync everywhere (tests check both on Hopper). `stats` (may be null):
-// the epilogue also writes y's statistics partials there (ChannelPartials,
+// `kernel`: HalfKernel above. `stats` (may be null): the epilogue also
+// writes y's statistics partials there (ChannelPartials,
 // conv1d_half_rows_stats_parts(...) per channel), for the AdaIN that reads y
 // next. `streams`: how many such convs run at once (concurrent streams): the
 // launch plan fills the GPU for all of them together; give the scratch and
 // statistics functions the same. `out_scale`: y = (conv(x) + b + residual) *
 // out_scale, rounded once more (an AdainResBlk1d's (residual + shortcut) /
 // sqrt(2)); the statistics are y's as stored.
-enum class HalfConvKernel { kBest, kMmaSync };
 void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b, float* y,
                       int Cin, int Cout, int Tin, int K, int pad, int dilation,
                       const float* residual, HalfOperands form, float* scratch,
-                      cudaStream_t stream, HalfConvKernel kernel = HalfConvKernel::kBest,
+                      cudaStream_t stream, HalfKernel kernel = HalfKernel::kBest,
                       double* stats = nullptr, int streams = 1, float out_scale = 1.f);
 int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int pad, int dilation,
                                         HalfOperands form, int streams = 1);
@@ -346,7 +352,7 @@ void conv_transpose1d_half_rows(const __half* x, const __half* w, float w_scale,
                                 float* y, int Cin, int Cout, int Tin, int K, int stride, int pad,
                                 int reflect_left, const float* residual, HalfOperands form,
                                 float* scratch, cudaStream_t stream,
-                                HalfConvKernel kernel = HalfConvKernel::kBest,
+                                HalfKernel kernel = HalfKernel::kBest,
                                 double* stats = nullptr);
 int64_t conv_transpose1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int stride,
                                                   int pad, HalfOperands form);
