@@ -870,10 +870,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
 // ldmatrix from the padded window exactly as mma.sync fragments, so a tap
 // is any whole-row shift; B (the weight tile) is read by the tensor cores
 // from shared memory through a descriptor (mma.cuh's swizzled tiles, the
-// stage bases 1024-byte aligned). Each step's
-// wgmmas are waited for before the next barrier, so a stage is free once
-// the barrier passes; other warpgroups on the SM fill the tensor cores
-// meanwhile.
+// stage bases 1024-byte aligned). Each step's wgmmas are waited for before
+// the next barrier, so a stage is free once the barrier passes; other
+// warpgroups on the SM fill the tensor cores meanwhile.
 constexpr int kWgmmaThreadsPerGroup = 128;
 template <int kN>
 constexpr int kWeightStageHalves = kN * kBK;  // 16 KB at kN 128
