@@ -178,6 +178,11 @@ ops::HalfOperands half_form(bool split) {
     return split ? ops::HalfOperands::kSplit : ops::HalfOperands::kRounded;
 }
 
+// The tests' choice of tensor-core kernel: the best for the GPU, or mma.sync.
+ops::HalfKernel half_kernel(bool mma_sync) {
+    return mma_sync ? ops::HalfKernel::kMmaSync : ops::HalfKernel::kBest;
+}
+
 // ---------------------------------------------------------------- linear
 py::array_t<float> matmul(const FloatArray& a, const FloatArray& b, bool trans_a, bool trans_b) {
     require_ndim(a, 2, "a");
@@ -206,8 +211,7 @@ py::array_t<float> linear(const FloatArray& x, const FloatArray& w, const Option
     if (split) {
         const HalfWeight dw = linear_weight_split(w);
         DeviceArray<__half> x_split(2 * int64_t(rows) * ops::split_pitch(in));
-        const ops::HalfKernel kernel =
-            mma_sync ? ops::HalfKernel::kMmaSync : ops::HalfKernel::kBest;
+        const ops::HalfKernel kernel = half_kernel(mma_sync);
         DFloat scratch(ops::linear_split_half_scratch_floats(rows, in, out, kernel));
         ops::linear_split_half(dx.get(), x_split.get(), dw.w.get(), dw.scale, db.get(), y.get(),
                                rows, in, out, scratch.get(), stream(), beta, kernel);
@@ -472,8 +476,7 @@ std::optional<HalfMath> half_math(const std::string& math) {
     const bool mma_sync = math.size() > suffix.size() &&
                           math.compare(math.size() - suffix.size(), suffix.size(), suffix) == 0;
     const std::string base = mma_sync ? math.substr(0, math.size() - suffix.size()) : math;
-    const ops::HalfKernel kernel =
-        mma_sync ? ops::HalfKernel::kMmaSync : ops::HalfKernel::kBest;
+    const ops::HalfKernel kernel = half_kernel(mma_sync);
     if (base == "fp16") return HalfMath{ops::HalfOperands::kRounded, kernel};
     if (base == "fp16x3") return HalfMath{ops::HalfOperands::kSplit, kernel};
     return std::nullopt;

@@ -536,7 +536,7 @@ __device__ void reduction_pipeline(const ConvArgs& a, Issue issue, Compute compu
     int c = c_first, k = 0;            // the step computed
     for (int s = 0; s < steps; ++s) {
         cp_async_wait<1>();
-        if (kAsyncProxy) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        if (kAsyncProxy) fence_async_proxy();
         __syncthreads();
         if (++next_k == a.K) {
             next_k = 0;
@@ -909,9 +909,7 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
     constexpr int kTile = 64 * kGroups;
     constexpr int kThreads = kGroups * kWgmmaThreadsPerGroup;
     extern __shared__ uint4 smem_vec[];
-    char* const raw = reinterpret_cast<char*>(smem_vec);
-    __half* const w_smem = reinterpret_cast<__half*>(
-        raw + (kSwizzleAlign - smem_addr(raw) % kSwizzleAlign) % kSwizzleAlign);
+    __half* const w_smem = swizzle_aligned(smem_vec);
     __half* const win_smem = w_smem + kStages * kWeightStageHalves<kN>;
     const int rows = kTile + a.dilation * (a.K - 1);
     const BlockRows<kPhases, kN> block_rows(a);

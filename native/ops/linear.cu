@@ -198,7 +198,7 @@ __device__ void reduction_pipeline(const Args& a, __half* smem, int m0, int n0,
     }
     for (int s = 0; s < chunks; ++s) {
         cp_async_wait<Stages - 2>();
-        if (kAsyncProxy) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        if (kAsyncProxy) fence_async_proxy();
         __syncthreads();  // chunk s landed; every warp is done with chunk s - 1's stage
         if (s + Stages - 1 < chunks) {
             load_chunk<kAsyncProxy>(smem + (s + Stages - 1) % Stages * kStage, a, m0, n0,
@@ -293,9 +293,7 @@ __global__ void __launch_bounds__(kThreads) linear_split_wgmma_kernel(const Args
     release_dependents();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ uint4 smem_vec[];
-    char* const raw = reinterpret_cast<char*>(smem_vec);
-    __half* const smem = reinterpret_cast<__half*>(
-        raw + (kSwizzleAlign - smem_addr(raw) % kSwizzleAlign) % kSwizzleAlign);
+    __half* const smem = swizzle_aligned(smem_vec);
     const int m0 = blockIdx.y * kTile, n0 = blockIdx.x * kTile;
     float acc[kTile / 2] = {};  // fp32 sums over the finished chunks
     reduction_pipeline<Stages, true>(a, smem, m0, n0, [&](const __half* tiles) {

@@ -69,6 +69,21 @@ inline bool device_runs_wgmma() {
 // aligned (where the swizzle pattern repeats).
 constexpr int kSwizzleAlign = 1024;
 
+// The first kSwizzleAlign-aligned address of a block's dynamic shared
+// memory (which asks for kSwizzleAlign bytes more than its tiles need).
+__device__ __forceinline__ __half* swizzle_aligned(uint4* smem) {
+    char* const raw = reinterpret_cast<char*>(smem);
+    return reinterpret_cast<__half*>(
+        raw + (kSwizzleAlign - smem_addr(raw) % kSwizzleAlign) % kSwizzleAlign);
+}
+
+// Orders this thread's earlier shared-memory writes (cp.async copies land
+// through the generic proxy) before reads through the async proxy (wgmma);
+// a barrier after it publishes them to the whole block (sm_90 and newer).
+__device__ __forceinline__ void fence_async_proxy() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // The shared-memory descriptor of such a tile: start address, leading byte
 // offset unused with swizzling (1), stride byte offset 1024 (between 8-row
