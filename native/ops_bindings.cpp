@@ -726,15 +726,20 @@ py::array_t<float> lstm_bidirectional(const FloatArray& x, const FloatArray& w_i
 
 // packed: q, k, v go to the device as the column blocks of one [T, 3 * width]
 // matrix (the engine's fused QKV projection), read at row pitch 3 * width.
+// split: ops::attention_split_half on that packed matrix (with `bias`
+// [3 * width], may be None; mma_sync: on that kernel, not the best).
 py::array_t<float> attention(const FloatArray& q, const FloatArray& k, const FloatArray& v, int heads,
-                             int valid_len, bool packed) {
+                             int valid_len, bool packed, bool split, const OptionalFloat& bias,
+                             bool mma_sync) {
     require_ndim(q, 2, "q");
     const int T = dim(q, 0), width = dim(q, 1);
     require(width % heads == 0 && k.size() == q.size() && v.size() == q.size(),
             "attention: shapes do not match");
+    require(!bias || (split && int(bias->size()) == 3 * width),
+            "attention: a bias [3 * width] goes with split=True");
     DFloat out = DFloat::poisoned(int64_t(T) * width);
     DFloat scratch = DFloat::poisoned(ops::attention_scratch_floats(T, heads));
-    if (packed) {
+    if (packed || split) {
         DFloat d(int64_t(T) * 3 * width);
         const float* parts[3] = {q.data(), k.data(), v.data()};
         const size_t row = sizeof(float) * width;
@@ -742,8 +747,18 @@ py::array_t<float> attention(const FloatArray& q, const FloatArray& k, const Flo
             KOKORO_CUDA_CHECK(cudaMemcpy2DAsync(d.get() + p * width, 3 * row, parts[p], row, row,
                                                 size_t(T), cudaMemcpyHostToDevice, stream()));
         }
-        ops::attention(context().blas, d.get(), d.get() + width, d.get() + 2 * width, out.get(), T,
-                       heads, width / heads, 3 * width, valid_len, scratch.get(), stream());
+        if (split) {
+            OptionalDevice db(bias);
+            auto halves = DeviceArray<__half>::poisoned(
+                ops::attention_split_half_scratch_halves(T, heads, width / heads));
+            ops::attention_split_half(d.get(), db.get(), out.get(), T, heads, width / heads,
+                                      valid_len, scratch.get(), halves.get(), stream(),
+                                      half_kernel(mma_sync));
+        } else {
+            ops::attention(context().blas, d.get(), d.get() + width, d.get() + 2 * width,
+                           out.get(), T, heads, width / heads, 3 * width, valid_len,
+                           scratch.get(), stream());
+        }
         return out.download({T, width});
     }
     DFloat dq = DFloat::from(q), dk = DFloat::from(k), dv = DFloat::from(v);
@@ -835,7 +850,7 @@ void register_ops(py::module_& m) {
     o.def("lstm_bidirectional", &lstm_bidirectional, "x"_a, "w_ih"_a, "w_hh"_a, "b"_a,
           "max_cluster_blocks"_a = 16);
     o.def("attention", &attention, "q"_a, "k"_a, "v"_a, "heads"_a, "valid_len"_a,
-          "packed"_a = false);
+          "packed"_a = false, "split"_a = false, "bias"_a = py::none(), "mma_sync"_a = false);
     o.def("stft_mag_phase", &stft_mag_phase, "x"_a, "n_fft"_a = 20, "hop"_a = 5);
     o.def("istft_from_logits", &istft_from_logits, "logits"_a, "n_fft"_a = 20, "hop"_a = 5);
     o.def("harmonic_source", &harmonic_source, "f0"_a, "upp"_a, "lin_w"_a, "lin_b"_a,

@@ -917,6 +917,56 @@ def test_attention(
     )
 
 
+@pytest.mark.parametrize(
+    "t_len,heads,head_dim",
+    # 1 and 502 / 512: ALBERT's extremes (a single key; the widest softmax rows); 157: medium; 70:
+    # probabilities' pad columns inside a 128-key split row; head dims off the 64-wide chunks.
+    [
+        (1, 12, 64),
+        (70, 12, 64),
+        (157, 12, 64),
+        (502, 12, 64),
+        (512, 2, 64),
+        (101, 3, 48),
+        (40, 2, 128),
+        (13, 3, 5),
+    ],
+)
+@pytest.mark.parametrize("masked", [0, 3])
+def test_attention_split_half(
+    rng: np.random.Generator, t_len: int, heads: int, head_dim: int, masked: int
+) -> None:
+    """Fast precision's attention (split FP16 operands on the tensor cores, with the QKV
+    projection's bias added on the way in): as accurate as the fp32 SGEMM path against float64,
+    on ALBERT-like inputs (scores of a few units, so some probabilities sit far below 2^-14, where
+    an unscaled low part would be subnormal). Rounded FP16 operands would be ~1e-3 off."""
+    width = heads * head_dim
+    q, k, v = (f32(rng.standard_normal((t_len, width)) * 2) for _ in range(3))
+    bias = f32(rng.standard_normal(3 * width) * 0.1)
+    qb, kb, vb = (x + bias[i * width : (i + 1) * width] for i, x in enumerate((q, k, v)))
+    valid_len = max(t_len - masked, 1)
+    want = ref.attention(f64(qb), f64(kb), f64(vb), heads, valid_len)
+    got = gpu.attention(q, k, v, heads, valid_len, split=True, bias=bias)
+    check(f"attention split T={t_len} {heads}x{head_dim} valid={valid_len}", got, want, SHORT_REDUCTION_TOL)
+    err = rel_error(got, want)
+    sgemm_err = rel_error(gpu.attention(f32(qb), f32(kb), f32(vb), heads, valid_len), want)
+    print(f"  split {err:.2e} vs SGEMM {sgemm_err:.2e}")
+    assert err <= max(4 * sgemm_err, 2e-7)
+    if t_len > 1:
+        rounded = ref.attention(round_half(qb), round_half(kb), round_half(vb), heads, valid_len)
+        assert rel_error(rounded, want) > 10 * max(err, 1e-7), "the rounded-FP16 contrast is too weak"
+
+
+def test_attention_split_half_kernels_agree(rng: np.random.Generator) -> None:
+    """The best kernel (wgmma on Hopper) and mma.sync give the split attention the same bits."""
+    for t_len, heads, head_dim in ((157, 12, 64), (40, 2, 128), (13, 3, 5)):
+        q, k, v = (f32(rng.standard_normal((t_len, heads * head_dim))) for _ in range(3))
+        np.testing.assert_array_equal(
+            gpu.attention(q, k, v, heads, t_len, split=True),
+            gpu.attention(q, k, v, heads, t_len, split=True, mma_sync=True),
+        )
+
+
 def test_attention_longer_than_albert_positions(rng: np.random.Generator) -> None:
     """A softmax row lives in one warp's registers: at most 512 keys (ALBERT's position table)."""
     q, k, v = (f32(rng.standard_normal((513, 64))) for _ in range(3))

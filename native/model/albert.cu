@@ -6,13 +6,20 @@
 // (fast) on the GELU (Context::linear_sums), and the attention mask is empty
 // (batch of one, every position valid). Query, key and value come from ONE GEMM on
 // the stacked "attention.qkv" weight (DeviceWeights): [T, 3 * hid], read by
-// the attention at row pitch 3 * hid.
+// the attention at row pitch 3 * hid; in precision "fast" on long inputs the
+// attention runs on split FP16 operands (ops::attention_split_half) and adds
+// the GEMM's split sums and bias itself.
 #include "kokoro/model.h"
 
 namespace kokoro {
 
 namespace {
 constexpr float kAlbertLayerNormEps = 1e-12f;
+// Fast precision's attention moves to the tensor cores above this many
+// positions: at 502 it ends ALBERT ~0.09 ms sooner (H200); at 32 and 157 its
+// small GEMMs gained nothing on the SGEMMs' latency and cost a batch of
+// medium utterances ~1% throughput.
+constexpr int kSplitAttentionMinPositions = 257;
 const char* const kLayer = "bert.encoder.albert_layer_groups.0.albert_layers.0";
 }  // namespace
 
@@ -36,9 +43,20 @@ void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out) {
     float* h = out;  // [T, hid], updated in place layer by layer
     ctx.linear("bert.encoder.embedding_hidden_mapping_in", embedded, h, T, emb, hid);
 
+    const int heads = cfg.bert_heads, head_dim = hid / heads;
+    // Fast precision (split QKV weight) on long inputs: the attention on the
+    // tensor cores, reading the QKV projection's split sums.
+    const std::string qkv_prefix = layer + ".attention.qkv";
+    const bool split_attention = ctx.weights.has_split_linear(qkv_prefix + ".weight") &&
+                                 T >= kSplitAttentionMinPositions;
     float* qkv = ctx.floats("albert.qkv", int64_t(T) * 3 * hid);
     float* attended = ctx.floats("albert.attended", int64_t(T) * hid);
-    float* scores = ctx.floats("albert.scores", ops::attention_scratch_floats(T, cfg.bert_heads));
+    float* scores = ctx.floats("albert.scores", ops::attention_scratch_floats(T, heads));
+    __half* attention_halves =
+        split_attention ? ctx.halves("albert.attention_split",
+                                     ops::attention_split_half_scratch_halves(T, heads, head_dim))
+                        : nullptr;
+    const float* qkv_b = split_attention ? ctx.w(qkv_prefix + ".bias", 3 * int64_t(hid)) : nullptr;
     float* ffn = ctx.floats("albert.ffn", int64_t(T) * inter);
     const float* attn_ln_w = ctx.w(layer + ".attention.LayerNorm.weight", hid);
     const float* attn_ln_b = ctx.w(layer + ".attention.LayerNorm.bias", hid);
@@ -49,13 +67,18 @@ void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out) {
     const float* dense_b = ctx.w(layer + ".attention.dense.bias", hid);
     const float* ffn_b = ctx.w(layer + ".ffn.bias", inter);
     const float* ffn_output_b = ctx.w(layer + ".ffn_output.bias", hid);
-    const int head_dim = hid / cfg.bert_heads;
     const bool split_ffn_output = ctx.weights.has_split_linear(layer + ".ffn_output.weight");
 
     for (int i = 0; i < cfg.bert_layers; ++i) {
-        ctx.linear(layer + ".attention.qkv", h, qkv, T, hid, 3 * hid);
-        ops::attention(ctx.blas, qkv, qkv + hid, qkv + 2 * hid, attended, T, cfg.bert_heads,
-                       head_dim, 3 * hid, T, scores, ctx.stream);
+        if (split_attention) {
+            const ops::SplitSums qkv_sums = ctx.linear_sums(qkv_prefix, h, qkv, T, hid, 3 * hid);
+            ops::attention_split_half(qkv_sums, qkv_b, attended, T, heads, head_dim, T, scores,
+                                      attention_halves, ctx.stream);
+        } else {
+            ctx.linear(qkv_prefix, h, qkv, T, hid, 3 * hid);
+            ops::attention(ctx.blas, qkv, qkv + hid, qkv + 2 * hid, attended, T, heads, head_dim,
+                           3 * hid, T, scores, ctx.stream);
+        }
         // h = LayerNorm(h + dense(attended))
         ctx.linear(layer + ".attention.dense", attended, h, T, hid, hid, 1.f, false);
         ops::layer_norm_rows(h, h, T, hid, attn_ln_w, attn_ln_b, nullptr, nullptr,

@@ -22,11 +22,28 @@
 //     (T <= kMaxKeys, ALBERT's position table: one read and one write per
 //     score; three sweeps over memory took twice as long).
 //  3. O_h = P_h V_h, written straight into out's column slice.
+// Precision "fast" runs the same steps on the tensor cores for long inputs
+// (attention_split_half; ALBERT's choice by length: albert.cu), as it runs
+// ALBERT's linears: split FP16 operands, three products per 16-wide slice,
+// fp32 sums per 64-wide chunk (matmul_split_half_batched), so float32-level
+// accuracy without the SIMT SGEMMs, whose time grows with T^2.
+//  0. split_qkv_kernel: Q_h and K_h as split operands [2, T, Dp] (Dp =
+//     split_pitch(D), zero past D), V_h transposed [2, D, Tp] (Tp =
+//     split_pitch(T), zero past T), from the QKV projection's split sums
+//     plus its bias (its sum kernel folded in).
+//  1. S_h = Q_h K_h^T into the fp32 scores.
+//  2. The softmax above, each probability written as P_h's split operand
+//     [2, T, Tp] times 2^12 (exact: small probabilities' low parts stay
+//     clear of FP16's subnormals), zero past T.
+//  3. O_h = P_h V_h, scaled back by 2^-12, into out's column slice.
 #include <cfloat>
 #include <cmath>
 #include <string>
 
+#include <cuda_fp16.h>
+
 #include "kokoro/check.h"
+#include "kokoro/half_rows.cuh"
 #include "kokoro/launch.cuh"
 #include "kokoro/ops.h"
 
@@ -35,6 +52,7 @@ namespace {
 
 constexpr int kWarps = 8;       // rows per block of the softmax
 constexpr int kMaxKeys = 512;   // a softmax row in registers: 16 per lane
+constexpr float kProbScale = 4096.f;  // 2^12: the split probabilities' scale
 
 // Row pitch of the score matrix.
 int score_pitch(int T) { return (T + 3) / 4 * 4; }
@@ -46,12 +64,15 @@ __device__ __forceinline__ float masked_score(float s, int j, int valid_len, flo
     return s;
 }
 
-// In place over `rows` rows of T <= 32 kPerLane scores at row pitch `pitch`:
-// raw dot products in, attention probabilities out. Lane l holds keys l +
-// 32 i.
-template <int kPerLane>
-__global__ void masked_softmax_rows_kernel(float* scores, int rows, int T, int pitch,
-                                           int valid_len, float scale_div) {
+// Over `rows` rows of T <= 32 kPerLane scores at row pitch `pitch`: raw dot
+// products in, attention probabilities out, in place, or (kSplit) as the
+// split operand p_split of P V: row h T + t of the scores is row t of head
+// h's [2, T, p_pitch] parts, times kProbScale (p_pitch <= 32 kPerLane).
+// Lane l holds keys l + 32 i.
+template <int kPerLane, bool kSplit>
+__global__ void masked_softmax_rows_kernel(float* scores, __half* p_split, int rows, int T,
+                                           int pitch, int p_pitch, int valid_len,
+                                           float scale_div) {
     await_producers();
     release_dependents();
     const int row = blockIdx.x * kWarps + threadIdx.x / 32;
@@ -74,21 +95,84 @@ __global__ void masked_softmax_rows_kernel(float* scores, int rows, int T, int p
         sum += s[i];
     }
     for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if constexpr (kSplit) {
+        __half* hi = p_split + (int64_t(row / T) * 2 * T + row % T) * p_pitch;
+        __half* lo = hi + int64_t(T) * p_pitch;
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-        if (lane + 32 * i < T) r[lane + 32 * i] = s[i] / sum;
+        for (int i = 0; i < kPerLane; ++i) {
+            const int j = lane + 32 * i;
+            if (j < p_pitch) split_half(j < T ? s[i] / sum * kProbScale : 0.f, hi[j], lo[j]);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+            if (lane + 32 * i < T) r[lane + 32 * i] = s[i] / sum;
+        }
     }
 }
 
-// The softmax launch for T keys: the smallest row held in registers.
-void masked_softmax_rows(float* scores, int rows, int T, int pitch, int valid_len,
-                         float scale_div, cudaStream_t stream) {
+// The softmax for T keys: the smallest row held in registers.
+template <bool kSplit>
+auto masked_softmax_kernel(int T) {
+    return T <= 128   ? masked_softmax_rows_kernel<4, kSplit>
+           : T <= 256 ? masked_softmax_rows_kernel<8, kSplit>
+                      : masked_softmax_rows_kernel<kMaxKeys / 32, kSplit>;
+}
+
+// p_split null: in place.
+void masked_softmax_rows(float* scores, __half* p_split, int rows, int T, int pitch, int p_pitch,
+                         int valid_len, float scale_div, cudaStream_t stream) {
     const dim3 grid(unsigned((rows + kWarps - 1) / kWarps)), block(kWarps * 32);
-    const auto kernel = T <= 128   ? masked_softmax_rows_kernel<4>
-                        : T <= 256 ? masked_softmax_rows_kernel<8>
-                                   : masked_softmax_rows_kernel<kMaxKeys / 32>;
-    launch_dependent(kernel, grid, block, 0, stream, "masked_softmax_rows_kernel", scores, rows,
-                     T, pitch, valid_len, scale_div);
+    launch_dependent(p_split != nullptr ? masked_softmax_kernel<true>(T)
+                                        : masked_softmax_kernel<false>(T),
+                     grid, block, 0, stream, "masked_softmax_rows_kernel", scores, p_split, rows,
+                     T, pitch, p_pitch, valid_len, scale_div);
+}
+
+// Step 0 of attention_split_half: thread i < 2 heads T Dp writes element i
+// of q's and k's split operands ([2 (q, k), heads, 2 (hi, lo), T, Dp]),
+// the rest element i - that of v's transposed ones ([heads, 2, D, Tp]).
+__global__ void split_qkv_kernel(SplitSums qkv, const float* bias, __half* qk, __half* vt,
+                                 int T, int heads, int D, int Dp, int Tp) {
+    await_producers();
+    release_dependents();
+    const int width = heads * D;
+    const int64_t qk_n = int64_t(2) * heads * T * Dp, vt_n = int64_t(heads) * D * Tp;
+    const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    int t = 0, column = -1;  // column of qkv; -1: padding (zero)
+    __half *hi = nullptr, *lo = nullptr;
+    if (i < qk_n) {
+        const int d = int(i % Dp);
+        t = int(i / Dp % T);
+        const int64_t matrix = i / (int64_t(T) * Dp);  // q or k of head h: which * heads + h
+        if (d < D) column = int(matrix / heads) * width + int(matrix % heads) * D + d;
+        hi = qk + (matrix * 2 * T + t) * Dp + d;
+        lo = hi + int64_t(T) * Dp;
+    } else if (i < qk_n + vt_n) {
+        const int64_t j = i - qk_n;
+        t = int(j % Tp);
+        const int64_t row = j / Tp;  // h D + d
+        const int h = int(row / D), d = int(row % D);
+        if (t < T) column = 2 * width + h * D + d;
+        hi = vt + (int64_t(h) * 2 * D + d) * Tp + t;
+        lo = hi + int64_t(D) * Tp;
+    } else {
+        return;
+    }
+    float v = 0.f;
+    if (column >= 0) {
+        v = qkv[int64_t(t) * 3 * width + column];
+        if (bias != nullptr) v += bias[column];
+    }
+    split_half(v, *hi, *lo);
+}
+
+void check_shape(int T, int head_dim) {
+    if (head_dim <= 0) throw CudaError("attention: head_dim " + std::to_string(head_dim));
+    if (T > kMaxKeys) {
+        throw CudaError("attention: " + std::to_string(T) + " positions, at most " +
+                        std::to_string(kMaxKeys));
+    }
 }
 
 }  // namespace
@@ -97,15 +181,16 @@ int64_t attention_scratch_floats(int T, int heads) {
     return int64_t(heads) * T * score_pitch(T);
 }
 
+int64_t attention_split_half_scratch_halves(int T, int heads, int head_dim) {
+    const int64_t Dp = split_pitch(head_dim), Tp = split_pitch(T);
+    return 2 * int64_t(heads) * (2 * T * Dp + head_dim * Tp + T * Tp);
+}
+
 void attention(cublasHandle_t handle, const float* q, const float* k, const float* v, float* out,
                int T, int heads, int head_dim, int ld_qkv, int valid_len, float* scratch,
                cudaStream_t stream) {
     if (T <= 0 || heads <= 0) return;
-    if (head_dim <= 0) throw CudaError("attention: head_dim " + std::to_string(head_dim));
-    if (T > kMaxKeys) {
-        throw CudaError("attention: " + std::to_string(T) + " positions, at most " +
-                        std::to_string(kMaxKeys));
-    }
+    check_shape(T, head_dim);
     const int D = head_dim, width = heads * head_dim, pitch = score_pitch(T);
     if (ld_qkv < width) {
         throw CudaError("attention: row pitch " + std::to_string(ld_qkv) + " < heads * head_dim " +
@@ -115,10 +200,31 @@ void attention(cublasHandle_t handle, const float* q, const float* k, const floa
     // S_h [T, T] = Q_h [T, D] @ K_h^T (K_h stored [T, D]).
     matmul_batched(handle, false, true, T, T, D, q, ld_qkv, D, k, ld_qkv, D, 0.f, scratch, pitch,
                    head_scores, heads, stream);
-    masked_softmax_rows(scratch, heads * T, T, pitch, valid_len, sqrtf(float(D)), stream);
+    masked_softmax_rows(scratch, nullptr, heads * T, T, pitch, 0, valid_len, sqrtf(float(D)),
+                        stream);
     // O_h [T, D] = P_h [T, T] @ V_h [T, D].
     matmul_batched(handle, false, false, T, D, T, scratch, pitch, head_scores, v, ld_qkv, D, 0.f,
                    out, width, D, heads, stream);
+}
+
+void attention_split_half(SplitSums qkv, const float* qkv_bias, float* out, int T, int heads,
+                          int head_dim, int valid_len, float* scores, __half* halves,
+                          cudaStream_t stream, HalfKernel kernel) {
+    if (T <= 0 || heads <= 0) return;
+    check_shape(T, head_dim);
+    const int D = head_dim, Dp = split_pitch(D), Tp = split_pitch(T), pitch = score_pitch(T);
+    __half* const qk = halves;                          // [2, heads, 2, T, Dp]
+    __half* const vt = qk + int64_t(4) * heads * T * Dp;  // [heads, 2, D, Tp]
+    __half* const p = vt + int64_t(2) * heads * D * Tp;   // [heads, 2, T, Tp]
+    const int64_t n = int64_t(2) * heads * T * Dp + int64_t(heads) * D * Tp;
+    launch_dependent(split_qkv_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, stream,
+                     "split_qkv_kernel", qkv, qkv_bias, qk, vt, T, heads, D, Dp, Tp);
+    const int64_t qk_head = int64_t(2) * T * Dp;
+    matmul_split_half_batched(qk, qk_head, qk + heads * qk_head, qk_head, 1.f, scores, pitch,
+                              int64_t(T) * pitch, T, T, Dp, heads, stream, kernel);
+    masked_softmax_rows(scores, p, heads * T, T, pitch, Tp, valid_len, sqrtf(float(D)), stream);
+    matmul_split_half_batched(p, int64_t(2) * T * Tp, vt, int64_t(2) * D * Tp, 1.f / kProbScale,
+                              out, heads * D, D, T, D, Tp, heads, stream, kernel);
 }
 
 }  // namespace kokoro::ops

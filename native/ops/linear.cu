@@ -30,7 +30,11 @@
 // added in a fixed order (deterministic) by split_sum_kernel, or by the op
 // that reads the output (ops::SplitSums: ALBERT's GELU, one kernel fewer).
 // An operand can also come split already (x null: gelu_new_split wrote it).
+// matmul_split_half_batched runs the same kernels over a batch of GEMMs on
+// operands split already (the fast attention's Q K^T and P V per head: a
+// grid layer per head, the reduction never split, y at its own row pitch).
 #include <algorithm>
+#include <string>
 
 #include <cuda_fp16.h>
 
@@ -78,9 +82,11 @@ constexpr size_t smem_bytes(bool wgmma, int stages) {
                  : sizeof(__half) * stages * kStageHalves<false>;
 }
 
-// partial null: one split, the kernel writes y; else split z writes its
-// unscaled sums over chunks [z * chunks_per_split, ...) to partial[z]
-// ([rows, out]) and split_sum_kernel finishes.
+// partial null: one split, the kernel writes y (row pitch ldy); else split
+// z writes its unscaled sums over chunks [z * chunks_per_split, ...) to
+// partial[z] ([rows, out]) and split_sum_kernel finishes. A batch of
+// GEMMs (the attention's heads; never split) has item i's operands and
+// output x_batch, w_batch and y_batch elements on: blockIdx.z = i * splits + z.
 struct Args {
     const __half* x;  // [2, rows, pitch]
     const __half* w;  // [2, out, pitch]
@@ -88,8 +94,19 @@ struct Args {
     float* y;
     float* partial;
     float w_scale, beta;
-    int rows, out, pitch, chunks_per_split;
+    int rows, out, pitch, chunks_per_split, splits, ldy;
+    int64_t x_batch, w_batch, y_batch;
 };
+
+// The block's view of a: its batch item's operands and output; `split` its split.
+__device__ __forceinline__ Args block_view(Args a, int& split) {
+    split = int(blockIdx.z) % a.splits;
+    const int64_t item = int(blockIdx.z) / a.splits;
+    a.x += item * a.x_batch;
+    a.w += item * a.w_batch;
+    a.y += item * a.y_batch;
+    return a;
+}
 
 template <int Stages>
 __global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args a);
@@ -103,13 +120,18 @@ Kernel kernel_for(bool wgmma, int stages) {
     return stages == 2 ? linear_split_kernel<2> : linear_split_kernel<3>;
 }
 
-// Blocks of that kernel that fit on the device at once (it needs its
-// shared memory size set first; no other size is ever set).
+// That kernel with its shared memory size set (no other size is ever set).
+Kernel prepared_kernel(bool wgmma, int stages) {
+    const Kernel kernel = kernel_for(wgmma, stages);
+    KOKORO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(smem_bytes(wgmma, stages))));
+    return kernel;
+}
+
+// Blocks of that kernel that fit on the device at once.
 int resident_blocks(bool wgmma, int stages, int sms) {
     const size_t bytes = smem_bytes(wgmma, stages);
-    const Kernel kernel = kernel_for(wgmma, stages);
-    KOKORO_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    const Kernel kernel = prepared_kernel(wgmma, stages);
     int per_sm = 0;
     KOKORO_CUDA_CHECK(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, bytes));
@@ -186,10 +208,10 @@ __device__ void load_chunk(__half* stage, const Args& a, int m0, int n0, int c) 
 // kAsyncProxy: compute reads shared memory through the async proxy
 // (wgmma), which must be fenced against the copies.
 template <int Stages, bool kAsyncProxy, class Compute>
-__device__ void reduction_pipeline(const Args& a, __half* smem, int m0, int n0,
+__device__ void reduction_pipeline(const Args& a, int split, __half* smem, int m0, int n0,
                                    Compute compute) {
     constexpr int kStage = kStageHalves<kAsyncProxy>;
-    const int first = blockIdx.z * a.chunks_per_split;
+    const int first = split * a.chunks_per_split;
     const int chunks = min(a.chunks_per_split, a.pitch / kBK - first);
 #pragma unroll
     for (int s = 0; s < Stages - 1; ++s) {
@@ -210,14 +232,13 @@ __device__ void reduction_pipeline(const Args& a, __half* smem, int m0, int n0,
 }
 
 // Output (m, n)'s value: this split's partial, or y (scaled, + beta y, + b).
-__device__ void store_output(const Args& a, int m, int n, float sum) {
+__device__ void store_output(const Args& a, int split, int m, int n, float sum) {
     if (m >= a.rows || n >= a.out) return;
-    const int64_t at = int64_t(m) * a.out + n;
     if (a.partial != nullptr) {
-        a.partial[blockIdx.z * int64_t(a.rows) * a.out + at] = sum;
+        a.partial[(split * int64_t(a.rows) + m) * a.out + n] = sum;
         return;
     }
-    float* y = a.y + at;
+    float* y = a.y + int64_t(m) * a.ldy + n;
     float v = sum * a.w_scale;
     if (a.beta != 0.f) v += a.beta * *y;
     if (a.b != nullptr) v += a.b[n];
@@ -225,15 +246,17 @@ __device__ void store_output(const Args& a, int m, int n, float sum) {
 }
 
 template <int Stages>
-__global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args a) {
+__global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args args) {
     await_producers();
     release_dependents();
+    int split = 0;
+    const Args a = block_view(args, split);
     extern __shared__ __align__(16) __half smem[];
     const int m0 = blockIdx.y * kTile, n0 = blockIdx.x * kTile;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int wm = warp / 2 * 32, wn = warp % 2 * 32;  // this warp's 32 x 32 of the tile
     float acc[2][4][4] = {};  // fp32 sums over the finished chunks
-    reduction_pipeline<Stages, false>(a, smem, m0, n0, [&](const __half* tiles) {
+    reduction_pipeline<Stages, false>(a, split, smem, m0, n0, [&](const __half* tiles) {
         float sums[2][4][4] = {};  // the MMAs' sums over this chunk
 #pragma unroll
         for (int kk = 0; kk < kBK; kk += 16) {
@@ -280,7 +303,7 @@ __global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args a) {
         for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                store_output(a, m0 + wm + mi * 16 + lane / 4 + e / 2 * 8,
+                store_output(a, split, m0 + wm + mi * 16 + lane / 4 + e / 2 * 8,
                              n0 + wn + ni * 8 + lane % 4 * 2 + e % 2, acc[mi][ni][e]);
             }
 }
@@ -288,15 +311,17 @@ __global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args a) {
 // The wgmma body exists in sm_90a device code only (other targets build an
 // empty kernel, never launched).
 template <int Stages>
-__global__ void __launch_bounds__(kThreads) linear_split_wgmma_kernel(const Args a) {
+__global__ void __launch_bounds__(kThreads) linear_split_wgmma_kernel(const Args args) {
     await_producers();
     release_dependents();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    int split = 0;
+    const Args a = block_view(args, split);
     extern __shared__ uint4 smem_vec[];
     __half* const smem = swizzle_aligned(smem_vec);
     const int m0 = blockIdx.y * kTile, n0 = blockIdx.x * kTile;
     float acc[kTile / 2] = {};  // fp32 sums over the finished chunks
-    reduction_pipeline<Stages, true>(a, smem, m0, n0, [&](const __half* tiles) {
+    reduction_pipeline<Stages, true>(a, split, smem, m0, n0, [&](const __half* tiles) {
         constexpr uint32_t kTileBytes = kTile * kBK * sizeof(__half);
         const uint32_t x_hi = smem_addr(tiles), x_lo = x_hi + kTileBytes;
         const uint32_t w_hi = x_hi + 2 * kTileBytes, w_lo = x_hi + 3 * kTileBytes;
@@ -325,11 +350,12 @@ __global__ void __launch_bounds__(kThreads) linear_split_wgmma_kernel(const Args
         for (int h = 0; h < 2; ++h)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                store_output(a, m0 + 16 * warp + lane / 4 + 8 * h, n0 + 8 * j + lane % 4 * 2 + e,
+                store_output(a, split, m0 + 16 * warp + lane / 4 + 8 * h,
+                             n0 + 8 * j + lane % 4 * 2 + e,
                              acc[4 * j + 2 * h + e]);
             }
 #else
-    static_cast<void>(a);
+    static_cast<void>(args);
 #endif
 }
 
@@ -415,7 +441,7 @@ SplitSums split_gemm_sums(const float* x, __half* x_split, const __half* w_split
                      smem_bytes(p.wgmma, p.stages), stream,
                      p.wgmma ? "linear_split_wgmma_kernel" : "linear_split_kernel",
                      Args{x_split, w_split, b, y, partial, w_scale, beta, rows, out, pitch,
-                          p.chunks_per_split});
+                          p.chunks_per_split, p.splits, out, 0, 0, 0});
     if (partial == nullptr) return SplitSums(y);
     return SplitSums(partial, p.splits, int64_t(rows) * out, w_scale, y, beta);
 }
@@ -431,6 +457,27 @@ void linear_split_half(const float* x, __half* x_split, const __half* w_split, f
         launch_dependent(split_gemm::split_sum_kernel, dim3(unsigned((sums.n + 255) / 256)),
                          dim3(256), 0, stream, "split_sum_kernel", sums, b, y, out);
     }
+}
+
+void matmul_split_half_batched(const __half* x_split, int64_t x_stride, const __half* w_split,
+                               int64_t w_stride, float scale, float* y, int ldy, int64_t y_stride,
+                               int rows, int out, int pitch, int batch, cudaStream_t stream,
+                               HalfKernel kernel) {
+    if (rows <= 0 || out <= 0 || batch <= 0) return;
+    if (pitch % kSplitChunk != 0) {
+        throw CudaError("matmul_split_half_batched: pitch " + std::to_string(pitch) +
+                        " is not a multiple of " + std::to_string(kSplitChunk));
+    }
+    using namespace split_gemm;
+    const bool wgmma = kernel == HalfKernel::kBest && device_runs_wgmma();
+    constexpr int kStages = 3;
+    const dim3 grid(unsigned((out + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile),
+                    unsigned(batch));
+    launch_dependent(prepared_kernel(wgmma, kStages), grid, dim3(kThreads),
+                     smem_bytes(wgmma, kStages), stream,
+                     wgmma ? "linear_split_wgmma_kernel" : "linear_split_kernel",
+                     Args{x_split, w_split, nullptr, y, nullptr, scale, 0.f, rows, out, pitch,
+                          pitch / kBK, 1, ldy, x_stride, w_stride, y_stride});
 }
 
 SplitSums linear_split_half_sums(const float* x, __half* x_split, const __half* w_split,

@@ -94,6 +94,16 @@ void linear_split_half(const float* x, __half* x_split, const __half* w_split, f
                        HalfKernel kernel = HalfKernel::kBest);
 int64_t linear_split_half_scratch_floats(int rows, int in, int out,
                                          HalfKernel kernel = HalfKernel::kBest);
+// `batch` GEMMs on operands split already, y_i [rows, out] (row pitch ldy)
+// = (x_i @ w_i^T) * scale with x_i = x_split + i * x_stride ([2, rows,
+// pitch]: hi, then lo), w_i = w_split + i * w_stride ([2, out, pitch]), y_i
+// = y + i * y_stride; pitch a multiple of kSplitChunk, pad columns zero.
+// The same kernels and accuracy as linear_split_half, the reduction never
+// split over blocks.
+void matmul_split_half_batched(const __half* x_split, int64_t x_stride, const __half* w_split,
+                               int64_t w_stride, float scale, float* y, int ldy, int64_t y_stride,
+                               int rows, int out, int pitch, int batch, cudaStream_t stream,
+                               HalfKernel kernel = HalfKernel::kBest);
 // A split linear's output as its blocks left it, for the op that reads it to
 // add up (one kernel fewer in a serial chain: ALBERT's GELU):
 // value i = (partial[0][i] + partial[1][i] + ...) * w_scale + beta * y[i],
@@ -397,6 +407,15 @@ void attention(cublasHandle_t handle, const float* q, const float* k, const floa
                int T, int heads, int head_dim, int ld_qkv, int valid_len, float* scratch,
                cudaStream_t stream);
 int64_t attention_scratch_floats(int T, int heads);
+// The same on the tensor cores, as precision "fast" runs ALBERT's linears
+// (split FP16 operands, float32-level accuracy): q, k, v the column blocks
+// of one packed projection [T, 3 * heads * head_dim], given as its split
+// linear's sums (SplitSums) plus its bias (may be null); scores as for
+// attention, halves attention_split_half_scratch_halves(...) FP16 scratch.
+void attention_split_half(SplitSums qkv, const float* qkv_bias, float* out, int T, int heads,
+                          int head_dim, int valid_len, float* scores, __half* halves,
+                          cudaStream_t stream, HalfKernel kernel = HalfKernel::kBest);
+int64_t attention_split_half_scratch_halves(int T, int heads, int head_dim);
 
 // ------------------------------------------------------------------ stft.cu
 // Forward STFT of a signal (n_fft 20, hop 5, periodic Hann, centred with
