@@ -12,7 +12,9 @@
 // of small kernels with nothing running beside them (ALBERT's), and costs
 // throughput where other streams need those SMs (the generator, batches).
 // Elsewhere (older GPUs, or code built for them) launch_dependent is a
-// plain launch.
+// plain launch, and so it is on a host thread that turned dependent
+// launches off (DependentLaunches): a batch's lanes, where kernels
+// scheduled early only hold SMs that the other lanes' kernels could use.
 #pragma once
 
 #include <map>
@@ -65,8 +67,29 @@ inline bool dependent_launch_allowed(const void* kernel) {
     return allowed;
 }
 
+// Whether this host thread launches dependents programmatically (default on).
+inline bool& dependent_launches_on() {
+    thread_local bool on = true;
+    return on;
+}
+
+// Sets this thread's choice for its lifetime, then restores the previous one.
+class DependentLaunches {
+public:
+    explicit DependentLaunches(bool on) : previous_(dependent_launches_on()) {
+        dependent_launches_on() = on;
+    }
+    ~DependentLaunches() { dependent_launches_on() = previous_; }
+    DependentLaunches(const DependentLaunches&) = delete;
+    DependentLaunches& operator=(const DependentLaunches&) = delete;
+
+private:
+    bool previous_;
+};
+
 // kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent
-// launch where the GPU supports it; launch errors are checked, named.
+// launch where the GPU supports it and this thread has them on; launch
+// errors are checked, named.
 template <typename... Params, typename... Args>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                       cudaStream_t stream, const char* name, Args&&... args) {
@@ -79,7 +102,10 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
     config.dynamicSmemBytes = smem;
     config.stream = stream;
     config.attrs = &attr;
-    config.numAttrs = dependent_launch_allowed(reinterpret_cast<const void*>(kernel)) ? 1 : 0;
+    config.numAttrs =
+        dependent_launches_on() && dependent_launch_allowed(reinterpret_cast<const void*>(kernel))
+            ? 1
+            : 0;
     const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
     if (status != cudaSuccess) check_cuda(status, (std::string("launch of ") + name).c_str());
 }
