@@ -21,8 +21,8 @@
 //   blocks), a workspace and the graph caches. A forward pass has two
 //   phases around the one mid-pass read-back (the durations size the frame
 //   axis):
-//     tokens: [text encoder on the side stream] || style projections, ALBERT,
-//             bert_encoder, duration encoder, duration head -> logits;
+//     tokens: style projections, ALBERT, then [text encoder on the side
+//             stream] || bert_encoder, duration encoder, duration head -> logits;
 //     (uncaptured: durations from the logits and the speed, read back)
 //     frames: alignment, shared LSTM, F0 stack || N stack, then
 //             [harmonic source + STFT, then each generator stage's source
@@ -986,11 +986,8 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
     const Context side = context(kSideStream, fast_, trace);
     ctx.mark("start");
 
-    // Token side: text encoder || styles, ALBERT, bert_encoder, duration encoder and head.
+    // Token side: styles, ALBERT, then text encoder || bert_encoder, duration encoder and head.
     run_phase(token_graphs_, uint64_t(T), capture, [](CachedGraph&) {}, [&](ops::Stft&) {
-        side.wait_for(ctx);  // the inputs
-        text_encoder_forward(side, ids_dev, T, t_en);
-        side.mark("text encoder (side stream)");
         for (int half = 0; half < 2; ++half) {
             const DeviceWeights::StyleBank& bank =
                 weights_.style_bank(static_cast<StyleHalf>(half));
@@ -1002,6 +999,12 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
         albert_forward(ctx, ids_dev, T, bert);
         ctx.mark("style projections, ALBERT");
         ctx.record("bert", bert, {T, cfg_.bert_hidden});
+        // The text encoder (needed by the frame phase) beside the duration
+        // path, whose serial LSTMs leave most SMs free, rather than beside
+        // ALBERT's GEMMs, which its LSTM's 32 SMs slowed.
+        side.wait_for(ctx);
+        text_encoder_forward(side, ids_dev, T, t_en);
+        side.mark("text encoder (side stream)");
         ctx.linear("bert_encoder", bert, d_en_rows, T, cfg_.bert_hidden, hid);
         if (trace != nullptr) {
             float* d_en = ctx.floats("trace.d_en", int64_t(hid) * T);
