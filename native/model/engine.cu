@@ -1235,7 +1235,7 @@ std::vector<ForwardResult> Engine::forward_batch(const std::vector<Utterance>& u
     auto work = [&](size_t l) {
         // Lanes side by side keep the GPU's SMs busy: kernels set up early
         // (programmatic dependent launches) would only hold SMs from the other
-        // lanes (batch +1.6% without them; the same kernels, the same bits).
+        // lanes (batch +1.2% without them; the same kernels, the same bits).
         const DependentLaunches launches(n_lanes == 1);
         try {
             KOKORO_CUDA_CHECK(cudaSetDevice(device_));

@@ -351,8 +351,7 @@ __global__ void __launch_bounds__(kThreads) linear_split_wgmma_kernel(const Args
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 store_output(a, split, m0 + 16 * warp + lane / 4 + 8 * h,
-                             n0 + 8 * j + lane % 4 * 2 + e,
-                             acc[4 * j + 2 * h + e]);
+                             n0 + 8 * j + lane % 4 * 2 + e, acc[4 * j + 2 * h + e]);
             }
 #else
     static_cast<void>(args);
