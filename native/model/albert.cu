@@ -15,8 +15,8 @@ namespace kokoro {
 
 namespace {
 constexpr float kAlbertLayerNormEps = 1e-12f;
-// Fast precision's attention moves to the tensor cores above this many
-// positions: at 502 it ends ALBERT ~0.09 ms sooner (H200); at 32 and 157 its
+// Fast precision's attention moves to the tensor cores from this many
+// positions on: at 502 it ends ALBERT ~0.09 ms sooner (H200); at 32 and 157 its
 // small GEMMs gained nothing on the SGEMMs' latency and cost a batch of
 // medium utterances ~1% throughput.
 constexpr int kSplitAttentionMinPositions = 257;
