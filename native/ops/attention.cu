@@ -129,42 +129,53 @@ void masked_softmax_rows(float* scores, __half* p_split, int rows, int T, int pi
                      T, pitch, p_pitch, valid_len, scale_div);
 }
 
-// Step 0 of attention_split_half: thread i < 2 heads T Dp writes element i
-// of q's and k's split operands ([2 (q, k), heads, 2 (hi, lo), T, Dp]),
-// the rest element i - that of v's transposed ones ([heads, 2, D, Tp]).
+// Step 0 of attention_split_half. The first qk_blocks blocks: thread i <
+// 2 heads T Dp writes element i of q's and k's split operands ([2 (q, k),
+// heads, 2 (hi, lo), T, Dp]). The rest: v's transposed ones ([heads, 2, D,
+// Tp]) by kTransposeTile-square tiles of [t, column] through shared memory,
+// so that both the reads (along columns) and the writes (along t) are
+// coalesced; the tiles cover t < Tp, the padding written as zeros.
+constexpr int kTransposeTile = 32;
+constexpr int kSplitQkvThreads = 256;
+
 __global__ void split_qkv_kernel(SplitSums qkv, const float* bias, __half* qk, __half* vt,
-                                 int T, int heads, int D, int Dp, int Tp) {
+                                 int T, int heads, int D, int Dp, int Tp, int qk_blocks) {
     await_producers();
     release_dependents();
     const int width = heads * D;
-    const int64_t qk_n = int64_t(2) * heads * T * Dp, vt_n = int64_t(heads) * D * Tp;
-    const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-    int t = 0, column = -1;  // column of qkv; -1: padding (zero)
-    __half *hi = nullptr, *lo = nullptr;
-    if (i < qk_n) {
-        const int d = int(i % Dp);
-        t = int(i / Dp % T);
+    const auto value = [&](int t, int column) {
+        float v = qkv[int64_t(t) * 3 * width + column];
+        if (bias != nullptr) v += bias[column];
+        return v;
+    };
+    if (int(blockIdx.x) < qk_blocks) {
+        const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+        if (i >= int64_t(2) * heads * T * Dp) return;
+        const int d = int(i % Dp), t = int(i / Dp % T);
         const int64_t matrix = i / (int64_t(T) * Dp);  // q or k of head h: which * heads + h
-        if (d < D) column = int(matrix / heads) * width + int(matrix % heads) * D + d;
-        hi = qk + (matrix * 2 * T + t) * Dp + d;
-        lo = hi + int64_t(T) * Dp;
-    } else if (i < qk_n + vt_n) {
-        const int64_t j = i - qk_n;
-        t = int(j % Tp);
-        const int64_t row = j / Tp;  // h D + d
-        const int h = int(row / D), d = int(row % D);
-        if (t < T) column = 2 * width + h * D + d;
-        hi = vt + (int64_t(h) * 2 * D + d) * Tp + t;
-        lo = hi + int64_t(D) * Tp;
-    } else {
+        const float v =
+            d < D ? value(t, int(matrix / heads) * width + int(matrix % heads) * D + d) : 0.f;
+        __half* hi = qk + (matrix * 2 * T + t) * Dp + d;
+        split_half(v, hi[0], hi[int64_t(T) * Dp]);
         return;
     }
-    float v = 0.f;
-    if (column >= 0) {
-        v = qkv[int64_t(t) * 3 * width + column];
-        if (bias != nullptr) v += bias[column];
+    __shared__ float tile[kTransposeTile][kTransposeTile + 1];
+    constexpr int kRowStep = kSplitQkvThreads / kTransposeTile;
+    const int b = int(blockIdx.x) - qk_blocks;
+    const int column_tiles = (width + kTransposeTile - 1) / kTransposeTile;
+    const int t0 = b / column_tiles * kTransposeTile, c0 = b % column_tiles * kTransposeTile;
+    const int lane = int(threadIdx.x) % kTransposeTile, row0 = int(threadIdx.x) / kTransposeTile;
+    for (int r = row0; r < kTransposeTile; r += kRowStep) {
+        const int t = t0 + r, c = c0 + lane;
+        tile[r][lane] = t < T && c < width ? value(t, 2 * width + c) : 0.f;
     }
-    split_half(v, *hi, *lo);
+    __syncthreads();
+    for (int r = row0; r < kTransposeTile; r += kRowStep) {
+        const int c = c0 + r;
+        if (c >= width) break;
+        __half* hi = vt + (int64_t(c / D) * 2 * D + c % D) * Tp + t0 + lane;
+        split_half(tile[lane][r], hi[0], hi[int64_t(D) * Tp]);
+    }
 }
 
 void check_shape(int T, int head_dim) {
@@ -216,9 +227,12 @@ void attention_split_half(SplitSums qkv, const float* qkv_bias, float* out, int 
     __half* const qk = halves;                          // [2, heads, 2, T, Dp]
     __half* const vt = qk + int64_t(4) * heads * T * Dp;  // [heads, 2, D, Tp]
     __half* const p = vt + int64_t(2) * heads * D * Tp;   // [heads, 2, T, Tp]
-    const int64_t n = int64_t(2) * heads * T * Dp + int64_t(heads) * D * Tp;
-    launch_dependent(split_qkv_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, stream,
-                     "split_qkv_kernel", qkv, qkv_bias, qk, vt, T, heads, D, Dp, Tp);
+    const int64_t qk_n = int64_t(2) * heads * T * Dp;  // per part
+    const int qk_blocks = int((qk_n + kSplitQkvThreads - 1) / kSplitQkvThreads);
+    const int vt_blocks = Tp / kTransposeTile * ((heads * D + kTransposeTile - 1) / kTransposeTile);
+    launch_dependent(split_qkv_kernel, dim3(unsigned(qk_blocks + vt_blocks)),
+                     dim3(kSplitQkvThreads), 0, stream, "split_qkv_kernel", qkv, qkv_bias, qk, vt,
+                     T, heads, D, Dp, Tp, qk_blocks);
     const int64_t qk_head = int64_t(2) * T * Dp;
     matmul_split_half_batched(qk, qk_head, qk + heads * qk_head, qk_head, 1.f, scores, pitch,
                               int64_t(T) * pitch, T, T, Dp, heads, stream, kernel);
