@@ -178,6 +178,17 @@ __global__ void split_qkv_kernel(SplitSums qkv, const float* bias, __half* qk, _
     }
 }
 
+// attention_split_half's FP16 scratch, offsets in halves: q's and k's
+// split operands [2, heads, 2, T, Dp], v's transposed [heads, 2, D, Tp],
+// the probabilities' [heads, 2, T, Tp].
+struct SplitScratch {
+    int64_t qk = 0, vt, p, total;
+    SplitScratch(int T, int heads, int D)
+        : vt(int64_t(4) * heads * T * split_pitch(D)),
+          p(vt + int64_t(2) * heads * D * split_pitch(T)),
+          total(p + int64_t(2) * heads * T * split_pitch(T)) {}
+};
+
 void check_shape(int T, int head_dim) {
     if (head_dim <= 0) throw CudaError("attention: head_dim " + std::to_string(head_dim));
     if (T > kMaxKeys) {
@@ -193,8 +204,7 @@ int64_t attention_scratch_floats(int T, int heads) {
 }
 
 int64_t attention_split_half_scratch_halves(int T, int heads, int head_dim) {
-    const int64_t Dp = split_pitch(head_dim), Tp = split_pitch(T);
-    return 2 * int64_t(heads) * (2 * T * Dp + head_dim * Tp + T * Tp);
+    return SplitScratch(T, heads, head_dim).total;
 }
 
 void attention(cublasHandle_t handle, const float* q, const float* k, const float* v, float* out,
@@ -224,9 +234,10 @@ void attention_split_half(SplitSums qkv, const float* qkv_bias, float* out, int 
     if (T <= 0 || heads <= 0) return;
     check_shape(T, head_dim);
     const int D = head_dim, Dp = split_pitch(D), Tp = split_pitch(T), pitch = score_pitch(T);
-    __half* const qk = halves;                          // [2, heads, 2, T, Dp]
-    __half* const vt = qk + int64_t(4) * heads * T * Dp;  // [heads, 2, D, Tp]
-    __half* const p = vt + int64_t(2) * heads * D * Tp;   // [heads, 2, T, Tp]
+    const SplitScratch at(T, heads, D);
+    __half* const qk = halves + at.qk;
+    __half* const vt = halves + at.vt;
+    __half* const p = halves + at.p;
     const int64_t qk_n = int64_t(2) * heads * T * Dp;  // per part
     const int qk_blocks = int((qk_n + kSplitQkvThreads - 1) / kSplitQkvThreads);
     const int vt_blocks = Tp / kTransposeTile * ((heads * D + kTransposeTile - 1) / kTransposeTile);

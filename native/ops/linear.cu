@@ -128,6 +128,13 @@ Kernel prepared_kernel(bool wgmma, int stages) {
     return kernel;
 }
 
+// A launch of that kernel on `grid`.
+void launch(bool wgmma, int stages, dim3 grid, const Args& a, cudaStream_t stream) {
+    launch_dependent(prepared_kernel(wgmma, stages), grid, dim3(kThreads),
+                     smem_bytes(wgmma, stages), stream,
+                     wgmma ? "linear_split_wgmma_kernel" : "linear_split_kernel", a);
+}
+
 // Blocks of that kernel that fit on the device at once.
 int resident_blocks(bool wgmma, int stages, int sms) {
     const size_t bytes = smem_bytes(wgmma, stages);
@@ -435,12 +442,10 @@ SplitSums split_gemm_sums(const float* x, __half* x_split, const __half* w_split
     float* partial = p.splits > 1 ? scratch : nullptr;
     const dim3 grid(unsigned((out + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile),
                     unsigned(p.splits));
-    // plan() set the chosen instantiation's shared memory size.
-    launch_dependent(kernel_for(p.wgmma, p.stages), grid, dim3(kThreads),
-                     smem_bytes(p.wgmma, p.stages), stream,
-                     p.wgmma ? "linear_split_wgmma_kernel" : "linear_split_kernel",
-                     Args{x_split, w_split, b, y, partial, w_scale, beta, rows, out, pitch,
-                          p.chunks_per_split, p.splits, out, 0, 0, 0});
+    launch(p.wgmma, p.stages, grid,
+           Args{x_split, w_split, b, y, partial, w_scale, beta, rows, out, pitch,
+                p.chunks_per_split, p.splits, out, 0, 0, 0},
+           stream);
     if (partial == nullptr) return SplitSums(y);
     return SplitSums(partial, p.splits, int64_t(rows) * out, w_scale, y, beta);
 }
@@ -468,15 +473,12 @@ void matmul_split_half_batched(const __half* x_split, int64_t x_stride, const __
                         " is not a multiple of " + std::to_string(kSplitChunk));
     }
     using namespace split_gemm;
-    const bool wgmma = kernel == HalfKernel::kBest && device_runs_wgmma();
-    constexpr int kStages = 3;
     const dim3 grid(unsigned((out + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile),
                     unsigned(batch));
-    launch_dependent(prepared_kernel(wgmma, kStages), grid, dim3(kThreads),
-                     smem_bytes(wgmma, kStages), stream,
-                     wgmma ? "linear_split_wgmma_kernel" : "linear_split_kernel",
-                     Args{x_split, w_split, nullptr, y, nullptr, scale, 0.f, rows, out, pitch,
-                          pitch / kBK, 1, ldy, x_stride, w_stride, y_stride});
+    launch(kernel == HalfKernel::kBest && device_runs_wgmma(), 3, grid,
+           Args{x_split, w_split, nullptr, y, nullptr, scale, 0.f, rows, out, pitch, pitch / kBK,
+                1, ldy, x_stride, w_stride, y_stride},
+           stream);
 }
 
 SplitSums linear_split_half_sums(const float* x, __half* x_split, const __half* w_split,
