@@ -197,14 +197,18 @@ py::array_t<float> matmul(const FloatArray& a, const FloatArray& b, bool trans_a
 }
 
 // split: ops::linear_split_half on w split at the host, as the engine's
-// fast precision uploads it (mma_sync: on that kernel, not the best);
-// else ops::linear (plain fp32).
+// fast precision uploads it (mma_sync: on that kernel, not the best); with
+// stacked (lengths of x's row blocks, adding up to its rows), each block's
+// rows on the split plan of a call on that block alone (row_chunks, as a
+// batch's token groups run); else ops::linear (plain fp32).
 py::array_t<float> linear(const FloatArray& x, const FloatArray& w, const OptionalFloat& b,
-                          const OptionalFloat& y0, float beta, bool split, bool mma_sync) {
+                          const OptionalFloat& y0, float beta, bool split, bool mma_sync,
+                          const std::optional<std::vector<int>>& stacked) {
     require_ndim(x, 2, "x");
     require_ndim(w, 2, "w");
     const int rows = dim(x, 0), in = dim(x, 1), out = dim(w, 0);
     require(dim(w, 1) == in, "linear: w does not match x");
+    require(!stacked || split, "linear: stacked rows need split=True");
     DFloat dx = DFloat::from(x);
     OptionalDevice db(b);
     DFloat y = y0 ? DFloat::from(*y0) : DFloat::poisoned(int64_t(rows) * out);
@@ -212,9 +216,23 @@ py::array_t<float> linear(const FloatArray& x, const FloatArray& w, const Option
         const HalfWeight dw = linear_weight_split(w);
         DeviceArray<__half> x_split(2 * int64_t(rows) * ops::split_pitch(in));
         const ops::HalfKernel kernel = half_kernel(mma_sync);
-        DFloat scratch(ops::linear_split_half_scratch_floats(rows, in, out, kernel));
+        std::optional<DInt> row_chunks;
+        if (stacked) {
+            IntArray chunks(rows);
+            int row = 0;
+            for (const int n : *stacked) {
+                require(n > 0 && row + n <= rows, "linear: stacked lengths must add up to rows");
+                const int per = ops::linear_split_half_chunks_per_split(n, in, out, kernel);
+                for (int i = 0; i < n; ++i) chunks.mutable_data()[row++] = per;
+            }
+            require(row == rows, "linear: stacked lengths must add up to rows");
+            row_chunks.emplace(DInt::from(chunks));
+        }
+        const int32_t* plans = row_chunks ? row_chunks->get() : nullptr;
+        DFloat scratch(
+            ops::linear_split_half_scratch_floats(rows, in, out, kernel, plans != nullptr));
         ops::linear_split_half(dx.get(), x_split.get(), dw.w.get(), dw.scale, db.get(), y.get(),
-                               rows, in, out, scratch.get(), stream(), beta, kernel);
+                               rows, in, out, scratch.get(), stream(), beta, kernel, plans);
     } else {
         DFloat dw = DFloat::from(w);
         ops::linear(context().blas, dx.get(), dw.get(), db.get(), y.get(), rows, in, out, stream(),
@@ -251,16 +269,22 @@ py::array_t<float> albert_ffn(const FloatArray& x, const FloatArray& w1, const F
 }
 
 // ----------------------------------------------------------- elementwise
+// positions (may be None): each token's position row, as stacked utterances give it.
 py::array_t<float> albert_embeddings(const IntArray& ids, const FloatArray& word,
-                                     const OptionalFloat& pos, const OptionalFloat& type0) {
+                                     const OptionalFloat& pos, const OptionalFloat& type0,
+                                     const std::optional<IntArray>& positions) {
     const int T = int(ids.size()), d = dim(word, 1);
+    require(!positions || int(positions->size()) == T, "albert_embeddings: one position per id");
     DInt di = DInt::from(ids);
     DFloat dw = DFloat::from(word), out = DFloat::poisoned(int64_t(T) * d);
     OptionalDevice dp(pos), dt(type0);
+    std::optional<DInt> dpos;
+    if (positions) dpos.emplace(DInt::from(*positions));
     if (!pos && !type0) {
         ops::embedding(di.get(), dw.get(), out.get(), T, d, stream());
     } else {
-        ops::albert_embeddings(di.get(), dw.get(), dp.get(), dt.get(), out.get(), T, d, stream());
+        ops::albert_embeddings(di.get(), dw.get(), dp.get(), dt.get(), out.get(), T, d, stream(),
+                               dpos ? dpos->get() : nullptr);
     }
     return out.download({T, d});
 }
@@ -812,9 +836,9 @@ void register_ops(py::module_& m) {
         "ops", "Test bindings of the CUDA ops: NumPy in, NumPy out (outputs poisoned with NaN first).");
     o.def("matmul", &matmul, "a"_a, "b"_a, "trans_a"_a = false, "trans_b"_a = false);
     o.def("linear", &linear, "x"_a, "w"_a, "b"_a = py::none(), "y0"_a = py::none(), "beta"_a = 0.f,
-          "split"_a = false, "mma_sync"_a = false);
+          "split"_a = false, "mma_sync"_a = false, "stacked"_a = py::none());
     o.def("albert_embeddings", &albert_embeddings, "ids"_a, "word"_a, "pos"_a = py::none(),
-          "type0"_a = py::none());
+          "type0"_a = py::none(), "positions"_a = py::none());
     o.def("gelu_new", &gelu_new, "x"_a, "bias"_a = py::none());
     o.def("albert_ffn", &albert_ffn, "x"_a, "w1"_a, "b1"_a, "w2"_a);
     o.def("leaky_relu", &leaky_relu, "x"_a, "slope"_a, "in_place"_a = false);

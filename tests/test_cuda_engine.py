@@ -363,9 +363,22 @@ def test_phase_timing_marks_in_order_audio_unchanged(config: ModelConfig, fast: 
     assert audio.tobytes() == want.tobytes()
 
 
-@pytest.mark.parametrize("deterministic", [True, False])
-def test_forward_batch_equals_one_by_one(config: ModelConfig, fast: CUDABackend, deterministic: bool) -> None:
-    sizes = [5, 140, 33, 300, 33, 77, 12, 210, 64]
+# A batch runs its utterances in groups (about two per lane, each group's ALBERT and bert_encoder
+# on all of its tokens at once): groups of two for the nine, of three for the twenty, with short
+# and long utterances mixed in a group (ALBERT's attention on both of its paths), and groups cut
+# short by their token limit.
+BATCH_SIZES = [5, 140, 33, 300, 33, 77, 12, 210, 64]
+GROUPED_BATCH_SIZES = [510, 498, 400, 3, 260, 1, 256, 257, 90, 510, 2, 45, 300, 7, 120, 33, 499, 64, 16, 200]
+
+
+@pytest.mark.parametrize(
+    "sizes,deterministic",
+    [(BATCH_SIZES, True), (BATCH_SIZES, False), (GROUPED_BATCH_SIZES, True)],
+    ids=["nine-deterministic", "nine-random", "twenty-deterministic"],
+)
+def test_forward_batch_equals_one_by_one(
+    config: ModelConfig, fast: CUDABackend, sizes: list[int], deterministic: bool
+) -> None:
     items = []
     for i, n in enumerate(sizes):
         ids, ref_s = random_inputs(config, n, seed=100 + i)

@@ -162,6 +162,33 @@ def test_linear_split_half_kernels_agree(rng: np.random.Generator) -> None:
         )
 
 
+@pytest.mark.parametrize("mma_sync", [False, True], ids=["best", "mma_sync"])
+@pytest.mark.parametrize("d_in,d_out", [(768, 2304), (2048, 768), (100, 130)])
+def test_linear_split_half_stacked_rows(
+    rng: np.random.Generator, d_in: int, d_out: int, mma_sync: bool
+) -> None:
+    """A batch's token group: utterances' rows stacked into one split GEMM, each row on the split
+    plan of a call on its utterance alone (split over blocks for the short ones, not for the long
+    ones), added up inside one block. Every utterance's rows are bit-equal to that call's."""
+    lengths = [32, 157, 1, 70, 502, 9]
+    x = f32(rng.standard_normal((sum(lengths), d_in)) * 3)
+    w = f32(rng.standard_normal((d_out, d_in)) * 2e-4)
+    b, y0 = f32(rng.standard_normal(d_out) * 1e-3), f32(rng.standard_normal((sum(lengths), d_out)))
+    stacked = gpu.linear(x, w, b, y0, 1.0, split=True, mma_sync=mma_sync, stacked=lengths)
+    row = 0
+    for n in lengths:
+        alone = gpu.linear(x[row : row + n], w, b, y0[row : row + n], 1.0, split=True, mma_sync=mma_sync)
+        np.testing.assert_array_equal(stacked[row : row + n], alone, err_msg=f"utterance of {n} rows")
+        row += n
+    if d_in >= 768:
+        # A plain call on all the rows plans fewer splits than the short utterances' calls (at
+        # d_in 100 every plan splits each chunk off): its bits differ, so the check above compares
+        # each utterance's own plan, not one plan with itself.
+        assert not np.array_equal(stacked, gpu.linear(x, w, b, y0, 1.0, split=True, mma_sync=mma_sync))
+    with pytest.raises(ValueError, match="add up to rows"):
+        gpu.linear(x, w, b, split=True, stacked=lengths[:-1])
+
+
 @pytest.mark.parametrize("rows,d_in,d_inter", [(32, 768, 2048), (159, 768, 2048), (600, 256, 1000)])
 def test_albert_ffn_fusions(rng: np.random.Generator, rows: int, d_in: int, d_inter: int) -> None:
     """ALBERT's ffn as the fast engine runs it: the first split linear's sums (split over
@@ -190,6 +217,12 @@ def test_embeddings(rng: np.random.Generator, t_len: int, dim: int) -> None:
     pos, type0 = f32(rng.standard_normal((t_len, dim))), f32(rng.standard_normal(dim))
     np.testing.assert_array_equal(gpu.albert_embeddings(ids, word), word[ids])
     np.testing.assert_array_equal(gpu.albert_embeddings(ids, word, pos, type0), (word[ids] + type0) + pos)
+    # Stacked utterances (a batch's token group): each token takes its position in its own utterance.
+    cuts = [0, t_len // 3, t_len // 2, t_len]
+    positions = np.concatenate([np.arange(n) for n in np.diff(cuts)]).astype(np.int32)
+    np.testing.assert_array_equal(
+        gpu.albert_embeddings(ids, word, pos, type0, positions), (word[ids] + type0) + pos[positions]
+    )
 
 
 @pytest.mark.parametrize("n", [1, 1000, 100003])

@@ -4,11 +4,16 @@
 // [T, C] rows throughout; the residual adds ride on the GEMMs (beta = 1), the
 // biases on the LayerNorms and the GELU after them, the ffn's split sums
 // (fast) on the GELU (Context::linear_sums), and the attention mask is empty
-// (batch of one, every position valid). Query, key and value come from ONE GEMM on
-// the stacked "attention.qkv" weight (DeviceWeights): [T, 3 * hid], read by
-// the attention at row pitch 3 * hid; in precision "fast" on long inputs the
-// attention runs on split FP16 operands (ops::attention_split_half) and adds
-// the GEMM's split sums and bias itself.
+// (every position of an utterance valid). Query, key and value come from ONE
+// GEMM on the stacked "attention.qkv" weight (DeviceWeights): [T, 3 * hid],
+// read by the attention at row pitch 3 * hid; in precision "fast" on long
+// inputs the attention runs on split FP16 operands (ops::attention_split_half)
+// and adds the GEMM's split sums and bias itself. Stacked utterances
+// (TokenRows: a batch's group) run every layer but the attention on all their
+// rows at once, the attention per utterance; each row's result has the bits
+// of the utterance's own call (the split linears take its plans).
+#include <algorithm>
+
 #include "kokoro/model.h"
 
 namespace kokoro {
@@ -23,11 +28,14 @@ constexpr int kSplitAttentionMinPositions = 257;
 const char* const kLayer = "bert.encoder.albert_layer_groups.0.albert_layers.0";
 }  // namespace
 
-void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out) {
+void albert_forward(const Context& base, const int32_t* ids, const TokenRows& tokens,
+                    float* out) {
+    const Context ctx = base.with_tokens(tokens);
     const ModelConfig& cfg = ctx.cfg;
     const int emb = cfg.bert_embedding;
     const int hid = cfg.bert_hidden;
     const int inter = cfg.bert_intermediate;
+    const int T = tokens.rows();
     const std::string layer = kLayer;
 
     float* embedded = ctx.floats("albert.embedded", int64_t(T) * emb);
@@ -35,7 +43,7 @@ void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out) {
     const float* pos =
         ctx.w("bert.embeddings.position_embeddings.weight", int64_t(cfg.bert_positions) * emb);
     const float* type0 = ctx.w("bert.embeddings.token_type_embeddings.weight", 2 * int64_t(emb));
-    ops::albert_embeddings(ids, word, pos, type0, embedded, T, emb, ctx.stream);
+    ops::albert_embeddings(ids, word, pos, type0, embedded, T, emb, ctx.stream, tokens.positions());
     ops::layer_norm_rows(embedded, embedded, T, emb, ctx.w("bert.embeddings.LayerNorm.weight", emb),
                          ctx.w("bert.embeddings.LayerNorm.bias", emb), nullptr, nullptr,
                          kAlbertLayerNormEps, ctx.stream);
@@ -44,19 +52,31 @@ void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out) {
     ctx.linear("bert.encoder.embedding_hidden_mapping_in", embedded, h, T, emb, hid);
 
     const int heads = cfg.bert_heads, head_dim = hid / heads;
-    // Fast precision (split QKV weight) on long inputs: the attention on the
-    // tensor cores, reading the QKV projection's split sums.
+    // Fast precision (split QKV weight): the attention of utterances of at
+    // least kSplitAttentionMinPositions on the tensor cores. Where all of them
+    // take it, it reads the QKV projection's split sums and adds the bias;
+    // else the projection adds the bias (the same bits: its epilogue adds it
+    // to the same sum) and the attention of each utterance reads it.
     const std::string qkv_prefix = layer + ".attention.qkv";
-    const bool split_attention = ctx.weights.has_split_linear(qkv_prefix + ".weight") &&
-                                 T >= kSplitAttentionMinPositions;
+    const bool split_weight = ctx.weights.has_split_linear(qkv_prefix + ".weight");
+    int longest = 0, longest_split = 0;
+    bool all_split = true;
+    for (int u = 0; u < tokens.count(); ++u) {
+        const int n = tokens.length(u);
+        const bool split = split_weight && n >= kSplitAttentionMinPositions;
+        longest = std::max(longest, n);
+        if (split) longest_split = std::max(longest_split, n);
+        all_split = all_split && split;
+    }
     float* qkv = ctx.floats("albert.qkv", int64_t(T) * 3 * hid);
     float* attended = ctx.floats("albert.attended", int64_t(T) * hid);
-    float* scores = ctx.floats("albert.scores", ops::attention_scratch_floats(T, heads));
+    float* scores = ctx.floats("albert.scores", ops::attention_scratch_floats(longest, heads));
     __half* attention_halves =
-        split_attention ? ctx.halves("albert.attention_split",
-                                     ops::attention_split_half_scratch_halves(T, heads, head_dim))
-                        : nullptr;
-    const float* qkv_b = split_attention ? ctx.w(qkv_prefix + ".bias", 3 * int64_t(hid)) : nullptr;
+        longest_split > 0
+            ? ctx.halves("albert.attention_split",
+                         ops::attention_split_half_scratch_halves(longest_split, heads, head_dim))
+            : nullptr;
+    const float* qkv_b = ctx.w(qkv_prefix + ".bias", 3 * int64_t(hid));
     float* ffn = ctx.floats("albert.ffn", int64_t(T) * inter);
     const float* attn_ln_w = ctx.w(layer + ".attention.LayerNorm.weight", hid);
     const float* attn_ln_b = ctx.w(layer + ".attention.LayerNorm.bias", hid);
@@ -70,14 +90,24 @@ void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out) {
     const bool split_ffn_output = ctx.weights.has_split_linear(layer + ".ffn_output.weight");
 
     for (int i = 0; i < cfg.bert_layers; ++i) {
-        if (split_attention) {
-            const ops::SplitSums qkv_sums = ctx.linear_sums(qkv_prefix, h, qkv, T, hid, 3 * hid);
-            ops::attention_split_half(qkv_sums, qkv_b, attended, T, heads, head_dim, T, scores,
-                                      attention_halves, ctx.stream);
+        ops::SplitSums qkv_sums = qkv;
+        if (all_split) {
+            qkv_sums = ctx.linear_sums(qkv_prefix, h, qkv, T, hid, 3 * hid);
         } else {
             ctx.linear(qkv_prefix, h, qkv, T, hid, 3 * hid);
-            ops::attention(ctx.blas, qkv, qkv + hid, qkv + 2 * hid, attended, T, heads, head_dim,
-                           3 * hid, T, scores, ctx.stream);
+        }
+        for (int u = 0; u < tokens.count(); ++u) {
+            const int n = tokens.length(u);
+            const int64_t row = tokens.offset(u);
+            if (split_weight && n >= kSplitAttentionMinPositions) {
+                ops::attention_split_half(qkv_sums.from(row * 3 * hid), all_split ? qkv_b : nullptr,
+                                          attended + row * hid, n, heads, head_dim, n, scores,
+                                          attention_halves, ctx.stream);
+            } else {
+                const float* q = qkv + row * 3 * hid;
+                ops::attention(ctx.blas, q, q + hid, q + 2 * hid, attended + row * hid, n, heads,
+                               head_dim, 3 * hid, n, scores, ctx.stream);
+            }
         }
         // h = LayerNorm(h + dense(attended))
         ctx.linear(layer + ".attention.dense", attended, h, T, hid, hid, 1.f, false);

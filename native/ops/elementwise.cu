@@ -23,17 +23,18 @@ constexpr int kThreads = 256;
 
 unsigned blocks_for(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
 
-// out[t, :] = word[ids[t], :] + type0 + pos[t, :] (HF adds the token type
-// first, then the position); pos and type0 may be null.
+// out[t, :] = word[ids[t], :] + type0 + pos[p, :] (HF adds the token type
+// first, then the position), p = positions[t] or t; pos and type0 may be null.
 __global__ void embeddings_kernel(const int32_t* ids, const float* word, const float* pos,
-                                  const float* type0, float* out, int T, int dim) {
+                                  const float* type0, const int32_t* positions, float* out, int T,
+                                  int dim) {
     await_producers();
     const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
     if (i >= int64_t(T) * dim) return;
     const int t = int(i / dim), d = int(i % dim);
     float v = word[int64_t(ids[t]) * dim + d];
     if (type0 != nullptr) v += type0[d];
-    if (pos != nullptr) v += pos[i];
+    if (pos != nullptr) v += pos[int64_t(positions != nullptr ? positions[t] : t) * dim + d];
     out[i] = v;
 }
 
@@ -199,11 +200,12 @@ __global__ void to_half_rows_kernel(ScaledSum x, __half* y, __half* y_lo, int C,
 }  // namespace
 
 void albert_embeddings(const int32_t* ids, const float* word, const float* pos,
-                       const float* type0, float* out, int T, int dim, cudaStream_t stream) {
+                       const float* type0, float* out, int T, int dim, cudaStream_t stream,
+                       const int32_t* positions) {
     const int64_t n = int64_t(T) * dim;
     if (n == 0) return;
     launch_dependent(embeddings_kernel, dim3(blocks_for(n)), dim3(kThreads), 0, stream,
-                     "embeddings_kernel", ids, word, pos, type0, out, T, dim);
+                     "embeddings_kernel", ids, word, pos, type0, positions, out, T, dim);
 }
 
 void embedding(const int32_t* ids, const float* table, float* out, int T, int dim,

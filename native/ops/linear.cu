@@ -30,6 +30,11 @@
 // added in a fixed order (deterministic) by split_sum_kernel, or by the op
 // that reads the output (ops::SplitSums: ALBERT's GELU, one kernel fewer).
 // An operand can also come split already (x null: gelu_new_split wrote it).
+// A stack of utterances' rows (a batch's grouped ALBERT) gives each row the
+// split plan a call on its utterance alone would take (row_chunks); one
+// block then walks all the chunks and keeps each row's splits apart in
+// registers, adding them in split order as split_sum_kernel would: each
+// row's bits are that call's, without its partial sums' traffic.
 // matmul_split_half_batched runs the same kernels over a batch of GEMMs on
 // operands split already (the fast attention's Q K^T and P V per head: a
 // grid layer per head, the reduction never split, y at its own row pitch).
@@ -84,7 +89,9 @@ constexpr size_t smem_bytes(bool wgmma, int stages) {
 
 // partial null: one split, the kernel writes y (row pitch ldy); else split
 // z writes its unscaled sums over chunks [z * chunks_per_split, ...) to
-// partial[z] ([rows, out]) and split_sum_kernel finishes. A batch of
+// partial[z] ([rows, out]) and split_sum_kernel finishes. row_chunks (one
+// split only; null: chunks_per_split for every row): row m's sums are
+// split every row_chunks[m] chunks, the splits added in order. A batch of
 // GEMMs (the attention's heads; never split) has item i's operands and
 // output x_batch, w_batch and y_batch elements on: blockIdx.z = i * splits + z.
 struct Args {
@@ -93,6 +100,7 @@ struct Args {
     const float* b;
     float* y;
     float* partial;
+    const int32_t* row_chunks;
     float w_scale, beta;
     int rows, out, pitch, chunks_per_split, splits, ldy;
     int64_t x_batch, w_batch, y_batch;
@@ -108,21 +116,68 @@ __device__ __forceinline__ Args block_view(Args a, int& split) {
     return a;
 }
 
-template <int Stages>
+// A stacked call's (row_chunks) per-split sums of a thread's kSlots
+// accumulator slots, which cover kRows output rows (RowOf: slot -> row
+// index): the kernel's accumulators then hold the current split's chunks
+// only, and total[i] slot i's sum over its row's finished splits, added in
+// split order as split_sum_kernel adds them. Unused (kOn false) by plain calls.
+template <int kSlots, int kRows, bool kOn>
+struct StackedSplits {
+    float total[kOn ? kSlots : 1] = {};
+    int chunks_per_split[kRows] = {};
+    bool started[kRows] = {};
+    __device__ void init(const Args& a, const int (&rows)[kRows]) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            chunks_per_split[r] = rows[r] < a.rows ? a.row_chunks[rows[r]] : 1;
+        }
+    }
+    // After reduction chunk c's sums went into acc (of `chunks` in all):
+    // the slots of rows whose split ends with c move acc into their total.
+    template <class RowOf>
+    __device__ void chunk_done(int c, int chunks, float (&acc)[kSlots], RowOf row_of) {
+        bool ends[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            ends[r] = (c + 1) % chunks_per_split[r] == 0 || c + 1 == chunks;
+        }
+#pragma unroll
+        for (int i = 0; i < kSlots; ++i) {
+            const int r = row_of(i);
+            if (!ends[r]) continue;
+            total[i] = started[r] ? total[i] + acc[i] : acc[i];
+            acc[i] = 0.f;
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) started[r] = started[r] || ends[r];
+    }
+    // Slot i's sum: its total, or the plain call's accumulator.
+    __device__ float sum(int i, float acc) const {
+        if constexpr (kOn) return total[i];
+        return acc;
+    }
+};
+
+template <int Stages, bool kStacked>
 __global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args a);
-template <int Stages>
+template <int Stages, bool kStacked>
 __global__ void __launch_bounds__(kThreads) linear_split_wgmma_kernel(const Args a);
 
-// The instantiation that runs a plan.
+// The instantiation that runs a plan (stacked: on row_chunks).
 using Kernel = void (*)(Args);
+template <bool kStacked>
 Kernel kernel_for(bool wgmma, int stages) {
-    if (wgmma) return stages == 2 ? linear_split_wgmma_kernel<2> : linear_split_wgmma_kernel<3>;
-    return stages == 2 ? linear_split_kernel<2> : linear_split_kernel<3>;
+    if (wgmma) {
+        return stages == 2 ? linear_split_wgmma_kernel<2, kStacked>
+                           : linear_split_wgmma_kernel<3, kStacked>;
+    }
+    return stages == 2 ? linear_split_kernel<2, kStacked> : linear_split_kernel<3, kStacked>;
 }
 
 // That kernel with its shared memory size set (no other size is ever set).
-Kernel prepared_kernel(bool wgmma, int stages) {
-    const Kernel kernel = kernel_for(wgmma, stages);
+Kernel prepared_kernel(bool wgmma, int stages, bool stacked = false) {
+    const Kernel kernel =
+        stacked ? kernel_for<true>(wgmma, stages) : kernel_for<false>(wgmma, stages);
     KOKORO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(smem_bytes(wgmma, stages))));
     return kernel;
@@ -130,8 +185,8 @@ Kernel prepared_kernel(bool wgmma, int stages) {
 
 // A launch of that kernel on `grid`.
 void launch(bool wgmma, int stages, dim3 grid, const Args& a, cudaStream_t stream) {
-    launch_dependent(prepared_kernel(wgmma, stages), grid, dim3(kThreads),
-                     smem_bytes(wgmma, stages), stream,
+    launch_dependent(prepared_kernel(wgmma, stages, a.row_chunks != nullptr), grid,
+                     dim3(kThreads), smem_bytes(wgmma, stages), stream,
                      wgmma ? "linear_split_wgmma_kernel" : "linear_split_kernel", a);
 }
 
@@ -156,7 +211,7 @@ struct Plan {
 // wave of two-stage blocks (three per SM), two stages and no split: the
 // shallower pipeline loses less than the second wave (ALBERT's fused QKV
 // projection at 502 rows: 288 tiles).
-Plan plan(int rows, int in, int out, HalfKernel which) {
+Plan plan(int rows, int in, int out, HalfKernel which, bool may_split = true) {
     int device = 0, sms = 0;
     KOKORO_CUDA_CHECK(cudaGetDevice(&device));
     KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -165,7 +220,7 @@ Plan plan(int rows, int in, int out, HalfKernel which) {
     const int tiles = ((out + kTile - 1) / kTile) * ((rows + kTile - 1) / kTile);
     const int deep = resident_blocks(wgmma, 3, sms);
     if (tiles > deep && tiles <= resident_blocks(wgmma, 2, sms)) return {wgmma, 2, 1, chunks};
-    const int wanted = std::max(1, deep / tiles);
+    const int wanted = may_split ? std::max(1, deep / tiles) : 1;
     const int per = (chunks + wanted - 1) / wanted;
     return {wgmma, 3, (chunks + per - 1) / per, per};
 }
@@ -209,9 +264,10 @@ __device__ void load_chunk(__half* stage, const Args& a, int m0, int n0, int c) 
 }
 
 // The reduction walk of one block over its split's chunks, Stages cp.async
-// stages deep: compute(tiles) runs chunk s once it has landed for every
-// thread; the barrier before it also frees the stage chunk s - 1 used
-// (compute waits for its MMAs), which chunk s + Stages - 1 then refills.
+// stages deep: compute(tiles, c) runs the split's chunk s (the reduction's
+// chunk c) once it has landed for every thread; the barrier before it also
+// frees the stage chunk s - 1 used (compute waits for its MMAs), which chunk
+// s + Stages - 1 then refills.
 // kAsyncProxy: compute reads shared memory through the async proxy
 // (wgmma), which must be fenced against the copies.
 template <int Stages, bool kAsyncProxy, class Compute>
@@ -234,7 +290,7 @@ __device__ void reduction_pipeline(const Args& a, int split, __half* smem, int m
                                     first + s + Stages - 1);
         }
         cp_async_commit();
-        compute(smem + s % Stages * kStage);
+        compute(smem + s % Stages * kStage, first + s);
     }
 }
 
@@ -252,7 +308,7 @@ __device__ void store_output(const Args& a, int split, int m, int n, float sum) 
     *y = v;
 }
 
-template <int Stages>
+template <int Stages, bool kStacked>
 __global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args args) {
     await_producers();
     release_dependents();
@@ -263,7 +319,19 @@ __global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args args)
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int wm = warp / 2 * 32, wn = warp % 2 * 32;  // this warp's 32 x 32 of the tile
     float acc[2][4][4] = {};  // fp32 sums over the finished chunks
-    reduction_pipeline<Stages, false>(a, split, smem, m0, n0, [&](const __half* tiles) {
+    // Accumulator element e of tile (mi, ni): row lane / 4 (+ 8 for e >= 2),
+    // column 2 (lane % 4) + e % 2; flat slot 16 mi + 4 ni + e, row slot 2 mi + e / 2.
+    float(&acc_slots)[32] = reinterpret_cast<float(&)[32]>(acc);
+    const auto row_slot = [](int i) { return i / 16 * 2 + i % 4 / 2; };
+    StackedSplits<32, 4, kStacked> stacked;
+    if constexpr (kStacked) {
+        int rows[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) rows[r] = m0 + wm + r / 2 * 16 + lane / 4 + r % 2 * 8;
+        stacked.init(a, rows);
+    }
+    const int chunks = a.pitch / kBK;
+    reduction_pipeline<Stages, false>(a, split, smem, m0, n0, [&](const __half* tiles, int c) {
         float sums[2][4][4] = {};  // the MMAs' sums over this chunk
 #pragma unroll
         for (int kk = 0; kk < kBK; kk += 16) {
@@ -301,23 +369,24 @@ __global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args args)
             for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[mi][ni][e] += sums[mi][ni][e];
+        if constexpr (kStacked) stacked.chunk_done(c, chunks, acc_slots, row_slot);
     });
-    // Accumulator element e of tile (mi, ni): row lane / 4 (+ 8 for e >= 2),
-    // column 2 (lane % 4) + e % 2.
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
+                const int i = 16 * mi + 4 * ni + e;
                 store_output(a, split, m0 + wm + mi * 16 + lane / 4 + e / 2 * 8,
-                             n0 + wn + ni * 8 + lane % 4 * 2 + e % 2, acc[mi][ni][e]);
+                             n0 + wn + ni * 8 + lane % 4 * 2 + e % 2,
+                             stacked.sum(i, acc[mi][ni][e]));
             }
 }
 
 // The wgmma body exists in sm_90a device code only (other targets build an
 // empty kernel, never launched).
-template <int Stages>
+template <int Stages, bool kStacked>
 __global__ void __launch_bounds__(kThreads) linear_split_wgmma_kernel(const Args args) {
     await_producers();
     release_dependents();
@@ -328,7 +397,16 @@ __global__ void __launch_bounds__(kThreads) linear_split_wgmma_kernel(const Args
     __half* const smem = swizzle_aligned(smem_vec);
     const int m0 = blockIdx.y * kTile, n0 = blockIdx.x * kTile;
     float acc[kTile / 2] = {};  // fp32 sums over the finished chunks
-    reduction_pipeline<Stages, true>(a, split, smem, m0, n0, [&](const __half* tiles) {
+    // acc[4 j + 2 h + e]: row 16 warp + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e.
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const auto row_slot = [](int i) { return i / 2 % 2; };
+    StackedSplits<kTile / 2, 2, kStacked> stacked;
+    if constexpr (kStacked) {
+        const int rows[2] = {m0 + 16 * warp + lane / 4, m0 + 16 * warp + lane / 4 + 8};
+        stacked.init(a, rows);
+    }
+    const int chunks = a.pitch / kBK;
+    reduction_pipeline<Stages, true>(a, split, smem, m0, n0, [&](const __half* tiles, int c) {
         constexpr uint32_t kTileBytes = kTile * kBK * sizeof(__half);
         const uint32_t x_hi = smem_addr(tiles), x_lo = x_hi + kTileBytes;
         const uint32_t w_hi = x_hi + 2 * kTileBytes, w_lo = x_hi + 3 * kTileBytes;
@@ -348,17 +426,17 @@ __global__ void __launch_bounds__(kThreads) linear_split_wgmma_kernel(const Args
         fence_accumulators(sums);
 #pragma unroll
         for (int i = 0; i < kTile / 2; ++i) acc[i] += sums[i];
+        if constexpr (kStacked) stacked.chunk_done(c, chunks, acc, row_slot);
     });
-    // acc[4 j + 2 h + e]: row 16 warp + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e.
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
     for (int j = 0; j < kTile / 8; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
+                const int i = 4 * j + 2 * h + e;
                 store_output(a, split, m0 + 16 * warp + lane / 4 + 8 * h,
-                             n0 + 8 * j + lane % 4 * 2 + e, acc[4 * j + 2 * h + e]);
+                             n0 + 8 * j + lane % 4 * 2 + e, stacked.sum(i, acc[i]));
             }
 #else
     static_cast<void>(args);
@@ -420,9 +498,14 @@ float linear_weight_to_split_half(const float* w, __half* dst, int out, int in) 
     return weight_rows_to_half(w, dst, out, in, split_pitch(in), HalfOperands::kSplit);
 }
 
-int64_t linear_split_half_scratch_floats(int rows, int in, int out, HalfKernel kernel) {
-    const split_gemm::Plan p = split_gemm::plan(rows, in, out, kernel);
+int64_t linear_split_half_scratch_floats(int rows, int in, int out, HalfKernel kernel,
+                                         bool row_chunks) {
+    const split_gemm::Plan p = split_gemm::plan(rows, in, out, kernel, !row_chunks);
     return p.splits > 1 ? int64_t(p.splits) * rows * out : 0;
+}
+
+int linear_split_half_chunks_per_split(int rows, int in, int out, HalfKernel kernel) {
+    return split_gemm::plan(rows, in, out, kernel).chunks_per_split;
 }
 
 namespace {
@@ -430,7 +513,8 @@ namespace {
 // the GEMM where the reduction is not split, else by whoever adds the sums).
 SplitSums split_gemm_sums(const float* x, __half* x_split, const __half* w_split, float w_scale,
                           const float* b, float* y, int rows, int in, int out, float* scratch,
-                          cudaStream_t stream, float beta, HalfKernel kernel) {
+                          cudaStream_t stream, float beta, HalfKernel kernel,
+                          const int32_t* row_chunks) {
     const int pitch = split_pitch(in);
     const int64_t n = int64_t(rows) * pitch;
     if (x != nullptr) {
@@ -438,12 +522,12 @@ SplitSums split_gemm_sums(const float* x, __half* x_split, const __half* w_split
                          stream, "split_rows_kernel", x, x_split, rows, in, pitch);
     }
     using namespace split_gemm;
-    const Plan p = plan(rows, in, out, kernel);
+    const Plan p = plan(rows, in, out, kernel, row_chunks == nullptr);
     float* partial = p.splits > 1 ? scratch : nullptr;
     const dim3 grid(unsigned((out + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile),
                     unsigned(p.splits));
     launch(p.wgmma, p.stages, grid,
-           Args{x_split, w_split, b, y, partial, w_scale, beta, rows, out, pitch,
+           Args{x_split, w_split, b, y, partial, row_chunks, w_scale, beta, rows, out, pitch,
                 p.chunks_per_split, p.splits, out, 0, 0, 0},
            stream);
     if (partial == nullptr) return SplitSums(y);
@@ -453,10 +537,11 @@ SplitSums split_gemm_sums(const float* x, __half* x_split, const __half* w_split
 
 void linear_split_half(const float* x, __half* x_split, const __half* w_split, float w_scale,
                        const float* b, float* y, int rows, int in, int out, float* scratch,
-                       cudaStream_t stream, float beta, HalfKernel kernel) {
+                       cudaStream_t stream, float beta, HalfKernel kernel,
+                       const int32_t* row_chunks) {
     if (rows <= 0 || out <= 0) return;
     const SplitSums sums = split_gemm_sums(x, x_split, w_split, w_scale, b, y, rows, in, out,
-                                           scratch, stream, beta, kernel);
+                                           scratch, stream, beta, kernel, row_chunks);
     if (sums.partial != nullptr) {
         launch_dependent(split_gemm::split_sum_kernel, dim3(unsigned((sums.n + 255) / 256)),
                          dim3(256), 0, stream, "split_sum_kernel", sums, b, y, out);
@@ -476,18 +561,18 @@ void matmul_split_half_batched(const __half* x_split, int64_t x_stride, const __
     const dim3 grid(unsigned((out + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile),
                     unsigned(batch));
     launch(kernel == HalfKernel::kBest && device_runs_wgmma(), 3, grid,
-           Args{x_split, w_split, nullptr, y, nullptr, scale, 0.f, rows, out, pitch, pitch / kBK,
-                1, ldy, x_stride, w_stride, y_stride},
+           Args{x_split, w_split, nullptr, y, nullptr, nullptr, scale, 0.f, rows, out, pitch,
+                pitch / kBK, 1, ldy, x_stride, w_stride, y_stride},
            stream);
 }
 
 SplitSums linear_split_half_sums(const float* x, __half* x_split, const __half* w_split,
                                  float w_scale, float* y, int rows, int in, int out,
                                  float* scratch, cudaStream_t stream, float beta,
-                                 HalfKernel kernel) {
+                                 HalfKernel kernel, const int32_t* row_chunks) {
     if (rows <= 0 || out <= 0) return SplitSums(y);
     return split_gemm_sums(x, x_split, w_split, w_scale, nullptr, y, rows, in, out, scratch,
-                           stream, beta, kernel);
+                           stream, beta, kernel, row_chunks);
 }
 
 }  // namespace kokoro::ops

@@ -32,6 +32,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <cublas_v2.h>
@@ -263,6 +264,38 @@ struct Trace {
     std::map<std::string, std::vector<int64_t>> ints;
 };
 
+// The token rows a token-rate layer runs on: one utterance's T, or several
+// utterances' stacked (a batch's grouped ALBERT and bert_encoder: utterance
+// i at rows offset(i) .. offset(i) + length(i) - 1). Row-wise ops take a
+// stack as more rows. Its device tables (workspace slots "tokens.*", uploaded
+// on the given stream, so only outside a graph capture) give each row its
+// position within its utterance and, per linear shape, the split plan a call
+// on its utterance alone would take (ops::linear_split_half's row_chunks):
+// every row then has the bits of that call.
+class TokenRows {
+public:
+    explicit TokenRows(int T) : lengths_{T}, offsets_{0}, rows_(T) {}
+    TokenRows(std::vector<int> lengths, Workspace& ws, cudaStream_t stream);
+    int rows() const { return rows_; }
+    int count() const { return int(lengths_.size()); }
+    int length(int i) const { return lengths_[i]; }
+    int offset(int i) const { return offsets_[i]; }
+    bool stacked() const { return lengths_.size() > 1; }
+    // Device [rows]: each row's position in its utterance (null: one utterance).
+    const int32_t* positions() const { return positions_; }
+    // Device [rows]: each row's reduction chunks per split for a split linear
+    // in -> out (null: one utterance, the linear plans its own).
+    const int32_t* row_chunks(int in, int out) const;
+
+private:
+    std::vector<int> lengths_, offsets_;
+    int rows_ = 0;
+    Workspace* ws_ = nullptr;
+    cudaStream_t stream_ = nullptr;
+    const int32_t* positions_ = nullptr;
+    mutable std::map<std::pair<int, int>, const int32_t*> row_chunks_;
+};
+
 struct Context {
     const ModelConfig& cfg;
     const DeviceWeights& weights;
@@ -276,6 +309,7 @@ struct Context {
     const char* tag;            // suffix of this context's workspace slot names
     PhaseMarks* marks;          // null unless phase timing is on
     int conv_streams = 1;       // tensor-core convs running at once (their plans share the GPU)
+    const TokenRows* tokens = nullptr;  // stacked utterances (split linears' plans; null: none)
 
     // The workspace buffer `slot` of this context (its tag appended).
     float* floats(const std::string& slot, int64_t count) const { return ws.floats(slot + tag, count); }
@@ -296,6 +330,13 @@ struct Context {
     Context with_conv_streams(int n) const {
         Context c = *this;
         c.conv_streams = n;
+        return c;
+    }
+    // The same context whose split linears run on the rows of `t` (which
+    // must outlive it): each of t's rows gets its utterance's split plan.
+    Context with_tokens(const TokenRows& t) const {
+        Context c = *this;
+        c.tokens = &t;
         return c;
     }
     // The same stream with `other`'s workspace slots: only where other's
@@ -410,11 +451,17 @@ struct Context {
                                int in, int out, float beta = 0.f) const;
     // Bidirectional LSTM `prefix`: x [T, In] -> out [T, 2H].
     void lstm(const std::string& prefix, const float* x, float* out, int T) const;
+
+private:
+    // A split linear's row_chunks on `rows` rows: tokens' table where tokens
+    // is a stack (then rows must be all its rows), else null.
+    const int32_t* row_chunks(int rows, int in, int out) const;
 };
 
 // ------------------------------------------------------------- albert.cu
-// ALBERT last hidden state: ids [T] -> out [T, bert_hidden].
-void albert_forward(const Context& ctx, const int32_t* ids, int T, float* out);
+// ALBERT last hidden state: ids [rows] -> out [rows, bert_hidden], every
+// utterance of `tokens` on its own rows (attention within the utterance).
+void albert_forward(const Context& ctx, const int32_t* ids, const TokenRows& tokens, float* out);
 
 // ------------------------------------------------------------ prosody.cu
 // Duration encoder: d_en_rows [T, hidden] (time-major bert_encoder output)

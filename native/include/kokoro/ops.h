@@ -87,13 +87,22 @@ float linear_weight_to_split_half(const float* w, __half* dst, int out, int in);
 // already, as gelu_new_split writes them); scratch:
 // linear_split_half_scratch_floats(...) floats (the partial sums where the
 // reduction is split over blocks; 0: may be null). |x| must stay within
-// FP16's range. y may not alias x.
+// FP16's range. y may not alias x. row_chunks (device [rows], may be null):
+// rows stacked from several inputs (a batch's utterances), row m's reduction
+// split every row_chunks[m] chunks as linear_split_half_chunks_per_split
+// plans it for its input alone; each row then has the bits of a call on its
+// input alone (the splits are added in order inside one block: no scratch).
 void linear_split_half(const float* x, __half* x_split, const __half* w_split, float w_scale,
                        const float* b, float* y, int rows, int in, int out, float* scratch,
                        cudaStream_t stream, float beta = 0.f,
-                       HalfKernel kernel = HalfKernel::kBest);
+                       HalfKernel kernel = HalfKernel::kBest,
+                       const int32_t* row_chunks = nullptr);
 int64_t linear_split_half_scratch_floats(int rows, int in, int out,
-                                         HalfKernel kernel = HalfKernel::kBest);
+                                         HalfKernel kernel = HalfKernel::kBest,
+                                         bool row_chunks = false);
+// The reduction chunks per split that linear_split_half plans for `rows` rows.
+int linear_split_half_chunks_per_split(int rows, int in, int out,
+                                       HalfKernel kernel = HalfKernel::kBest);
 // `batch` GEMMs on operands split already, y_i [rows, out] (row pitch ldy)
 // = (x_i @ w_i^T) * scale with x_i = x_split + i * x_stride ([2, rows,
 // pitch]: hi, then lo), w_i = w_split + i * w_stride ([2, out, pitch]), y_i
@@ -128,6 +137,13 @@ struct SplitSums {
         if (beta != 0.f) v += beta * y[i];
         return v;
     }
+    // Its values from element `offset` on (a stacked utterance's rows).
+    SplitSums from(int64_t offset) const {
+        SplitSums s = *this;
+        if (s.partial != nullptr) s.partial += offset;
+        if (s.y != nullptr) s.y += offset;
+        return s;
+    }
 };
 // linear_split_half without a bias, its split sums left to the reader:
 // returns them (y: beta's term, or the values where the reduction was not
@@ -135,15 +151,19 @@ struct SplitSums {
 SplitSums linear_split_half_sums(const float* x, __half* x_split, const __half* w_split,
                                  float w_scale, float* y, int rows, int in, int out,
                                  float* scratch, cudaStream_t stream, float beta = 0.f,
-                                 HalfKernel kernel = HalfKernel::kBest);
+                                 HalfKernel kernel = HalfKernel::kBest,
+                                 const int32_t* row_chunks = nullptr);
 
 // ------------------------------------------------------------ elementwise.cu
 // out[t, :] = table[ids[t], :] for t < T.
 void embedding(const int32_t* ids, const float* table, float* out, int T, int dim,
                cudaStream_t stream);
-// out[t, :] = word[ids[t]] + pos[t] + type0, for ALBERT's embeddings.
+// out[t, :] = word[ids[t]] + pos[p] + type0, for ALBERT's embeddings: p =
+// positions[t] (device; stacked utterances' positions within their own), or
+// t where positions is null.
 void albert_embeddings(const int32_t* ids, const float* word, const float* pos,
-                       const float* type0, float* out, int T, int dim, cudaStream_t stream);
+                       const float* type0, float* out, int T, int dim, cudaStream_t stream,
+                       const int32_t* positions = nullptr);
 // y [rows, cols] = tanh form of GELU (HF "gelu_new") of x + bias (bias
 // [cols], may be null: the producing linear layer's, fused here); y may be
 // x's tensor.
