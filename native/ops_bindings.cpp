@@ -18,6 +18,7 @@
 #include "kokoro/bindings.h"
 #include "kokoro/check.h"
 #include "kokoro/ops.h"
+#include "kokoro/shared_gpu.h"
 
 namespace py = pybind11;
 
@@ -580,13 +581,14 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
 }
 
 // A conv with its statistics partials of y: (y [Cout, Tout], partials [Cout,
-// parts, 3] float64): the tensor-core conv ("fp16" / "fp16x3" maths; parts 0
-// where it splits its reduction), y = (conv + b + residual) * out_scale, or
-// a pointwise conv of few input channels ("fp32" / "tf32": the fp32 pass
-// that writes them, out_scale 1).
+// parts, 3] float64): the tensor-core conv ("fp16" / "fp16x3" maths), y =
+// (conv + b + residual) * out_scale, or a pointwise conv of few input
+// channels ("fp32" / "tf32": the fp32 pass that writes them, out_scale 1).
+// shared_gpu: called as a lane of a batch calls it (SharedGpu).
 py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalFloat& b, int pad,
                        int dilation, const OptionalFloat& residual, const std::string& math,
-                       float out_scale) {
+                       float out_scale, bool shared_gpu) {
+    const SharedGpu shared(shared_gpu);
     require_ndim(x, 2, "x");
     require_ndim(w, 3, "w");
     const int Cin = dim(x, 0), Tin = dim(x, 1), Cout = dim(w, 0), K = dim(w, 2);
@@ -863,7 +865,8 @@ void register_ops(py::module_& m) {
           "dilation"_a = 1, "groups"_a = 1, "residual"_a = py::none(),
           "residual_in_place"_a = false, "math"_a = "fp32");
     o.def("conv1d_stats", &conv1d_stats, "x"_a, "w"_a, "b"_a = py::none(), "pad"_a = 0,
-          "dilation"_a = 1, "residual"_a = py::none(), "math"_a = "fp16", "out_scale"_a = 1.f);
+          "dilation"_a = 1, "residual"_a = py::none(), "math"_a = "fp16", "out_scale"_a = 1.f,
+          "shared_gpu"_a = false);
     o.def("conv1d_time_ms", &conv1d_time_ms, "x"_a, "w"_a, "b"_a, "pad"_a, "dilation"_a,
           "math"_a = "fp16", "repeats"_a = 20);
     o.def("conv_transpose1d", &conv_transpose1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1,

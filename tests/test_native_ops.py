@@ -674,6 +674,39 @@ def test_conv1d_out_scale(rng: np.random.Generator, case: tuple[int, ...], math_
     check_partials(y, parts)
 
 
+@pytest.mark.parametrize("math_name", ["fp16", "fp16x3"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        (1090, 1024, 473, 3, 1, 1),
+        (512, 512, 159, 3, 3, 3),
+        (1090, 100, 33, 3, 1, 1),
+        (256, 256, 9460, 3, 1, 1),
+    ],
+    ids=lambda c: "x".join(map(str, c)),
+)
+def test_conv1d_shared_gpu_same_bits(rng: np.random.Generator, case: tuple[int, ...], math_name: str) -> None:
+    """A conv called as a batch's lane calls it (the GPU shared with other lanes): a reduction
+    that the plan splits over blocks (the first three cases, 5 - 24 ways on an H200) runs inside
+    one block per tile on Hopper, each split's sums added in split order, and the statistics
+    partials are written as the split sum kernel writes them. y and the partials are bit-equal
+    to the latency plan's (the last case splits nothing: the same path either way)."""
+    c_in, c_out, t_in, k, pad, dilation = case
+    x = f32(rng.standard_normal((c_in, t_in)))
+    w = f32(rng.standard_normal((c_out, c_in, k)) / math.sqrt(c_in * k))
+    b = f32(rng.standard_normal(c_out))
+    t_out = t_in + 2 * pad - dilation * (k - 1)
+    residual = f32(rng.standard_normal((c_out, t_out)))
+    scale = np.float32(1 / math.sqrt(2))
+    y, parts = gpu.conv1d_stats(x, w, b, pad, dilation, residual, math_name, out_scale=scale)
+    y_shared, parts_shared = gpu.conv1d_stats(
+        x, w, b, pad, dilation, residual, math_name, out_scale=scale, shared_gpu=True
+    )
+    np.testing.assert_array_equal(y_shared, y)
+    np.testing.assert_array_equal(parts_shared, parts)
+    check_partials(y, parts)
+
+
 @pytest.mark.parametrize(
     "case",
     FAST_CONV1D_CASES[:3] + FAST_CONV1D_CASES[-4:-2] + [(130, 65, 77, 1, 0, 1)],

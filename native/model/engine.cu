@@ -31,9 +31,9 @@
 //             (into a page-locked block of the engine's PinnedPool, which the
 //             result keeps).
 //   Each phase runs as a CUDA graph replay once its key has been seen
-//   before (tokens: T; frames: T, F, deterministic; both: whether the
-//   lane's thread launches dependents programmatically, which a batch on
-//   several lanes does not: launch.cuh); the seed reaches the
+//   before (tokens: T and whether its group computed bert_encoder already;
+//   frames: T, F, deterministic; both: whether the lane's thread shares the
+//   GPU, as a batch on several lanes does: launch.cuh); the seed reaches the
 //   source through device memory, so replays take a new one. A graph is
 //   stale once the workspace generation has moved on (a buffer it uses was
 //   replaced) and is then captured again. A trace runs everything uncaptured.
@@ -981,8 +981,9 @@ void Lane::set_phase_timing(bool on) {
 template <typename Prepare, typename Body>
 void Lane::run_phase(GraphCache& cache, uint64_t key, bool capture, Prepare&& prepare,
                      Body&& body) {
-    // A graph holds its launches' dependency kind: the thread's choice is part of the key.
-    key = key << 1 | uint64_t(dependent_launches_on());
+    // A graph holds its launches' kinds and plans: whether the thread shares
+    // the GPU is part of the key.
+    key = key << 1 | uint64_t(gpu_shared());
     CachedGraph* entry = capture ? cache.find_or_note(key) : nullptr;
     if (entry == nullptr) {
         body(stft_);
@@ -1362,8 +1363,9 @@ std::vector<ForwardResult> Engine::forward_batch(const std::vector<Utterance>& u
     auto work = [&](size_t l) {
         // Lanes side by side keep the GPU's SMs busy: kernels set up early
         // (programmatic dependent launches) would only hold SMs from the other
-        // lanes (batch +1.2% without them; the same kernels, the same bits).
-        const DependentLaunches launches(n_lanes == 1);
+        // lanes (batch +1.2% without them), and so would the convs' split
+        // reductions (launch.cuh; the same arithmetic, the same bits).
+        const SharedGpu shared(n_lanes > 1);
         try {
             KOKORO_CUDA_CHECK(cudaSetDevice(device_));
             for (size_t g = next++; g < n_groups; g = next++) {

@@ -40,7 +40,12 @@
 // that leaves SMs idle (short inputs, the decoder's 1090-channel convs on few
 // frames), the reduction chunks are split over blocks that write partial
 // sums to `scratch`, added in a fixed order by a second kernel (repeatable
-// bits, no atomics). The epilogue stages the block's tile in shared memory,
+// bits, no atomics). On a GPU shared with other lanes (a batch's lane:
+// shared_gpu.h) the wgmma kernel walks such a split reduction inside one
+// block per tile instead, each split's sums apart and then added in the same
+// order, and a statistics pass writes the partials as the sum kernel does:
+// the same bits, without the extra blocks (the other lanes fill the GPU) and
+// the partial sums' traffic. The epilogue stages the block's tile in shared memory,
 // then scales the sums (the FP16 weights are stored times a power of two,
 // see conv_weight_to_half_rows), adds bias and residual and stores y (fp32,
 // channels-first) a channel row at a time, coalesced. Split operands
@@ -513,20 +518,21 @@ __device__ void load_weights(__half* dst, const ConvArgs& a, const BlockRows<kPh
 }
 
 // The reduction walk of one block: steps (chunk c, tap k), chunks outer,
-// taps inner, over this split's chunks. cp.async group s holds step s's
+// taps inner, over this split's chunks (kInBlock: over all of them, the
+// splits kept apart by compute). cp.async group s holds step s's
 // weight tile (stage s % 3) and, when s opens a chunk, its window (buffer
-// c % 2): issue(c, k, stage) issues them. compute(stage, buffer, k) runs
+// c % 2): issue(c, k, stage) issues them. compute(stage, buffer, k, c) runs
 // step s once group s has landed for every thread; the barrier before it
 // also frees stage (s + 2) % 3 and window (c + 1) % 2 (last read by steps
 // <= s - 1), which step s + 2 then refills. Steps 0 and 1 are issued up
 // front (K >= 2: step 1 never opens a chunk). kAsyncProxy: compute reads
 // shared memory through the async proxy (wgmma), which must be fenced
 // against the copies.
-template <bool kAsyncProxy, class Issue, class Compute>
+template <bool kAsyncProxy, bool kInBlock = false, class Issue, class Compute>
 __device__ void reduction_pipeline(const ConvArgs& a, Issue issue, Compute compute) {
-    const int c_first = blockIdx.z * a.chunks_per_split;
-    const int chunks =
-        min(reduction_chunks(a.ld, a.x_lo != nullptr), c_first + a.chunks_per_split) - c_first;
+    const int all = reduction_chunks(a.ld, a.x_lo != nullptr);
+    const int c_first = kInBlock ? 0 : int(blockIdx.z) * a.chunks_per_split;
+    const int chunks = kInBlock ? all : min(all, c_first + a.chunks_per_split) - c_first;
     const int steps = chunks * a.K;
     issue(c_first, 0, 0);
     cp_async_commit();
@@ -544,7 +550,7 @@ __device__ void reduction_pipeline(const ConvArgs& a, Issue issue, Compute compu
         }
         if (s + 2 < steps) issue(next_c, next_k, (s + 2) % kStages);
         cp_async_commit();
-        compute(s % kStages, c % 2, k);
+        compute(s % kStages, c % 2, k, c);
         if (++k == a.K) {
             k = 0;
             ++c;
@@ -817,7 +823,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
                                          c);
             }
         },
-        [&](int stage, int buffer, int k) {
+        [&](int stage, int buffer, int k, int) {
             const __half* as = w_smem + stage * kCoutTile * kPitch + a_off;
             const __half* bs = win_smem + (buffer * rows + k * a.dilation) * kPitch + b_off;
 #pragma unroll
@@ -901,7 +907,11 @@ __device__ void wgmma_m64k16(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_
 // Two blocks of two warpgroups per SM (at most 128 registers per thread),
 // or three of one (their shared memory's limit). kN: the block's GEMM rows
 // (kCoutTile, or kNarrowCoutTile for a conv1d of few output channels).
-template <int kGroups, bool kPhases, int kN>
+// kInBlock (a conv1d on a GPU shared with other lanes, one warpgroup): the
+// plan's split reduction walked in one block, each split's sums into the
+// accumulators from zero, then added to `total` in split order, as the
+// split sum kernel adds them (still three blocks per SM: 168 registers).
+template <int kGroups, bool kPhases, int kN, bool kInBlock = false>
 __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 ? 2 : 3)
     conv1d_wgmma_kernel(const ConvArgs a) {
     await_producers();
@@ -921,7 +931,9 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
     const int a_off = (warp * 16 + lane % 16) * kPitch + lane / 16 * 8;
 
     float d[kN / 2] = {};
-    reduction_pipeline<true>(
+    [[maybe_unused]] float total[kInBlock ? kN / 2 : 1] = {};
+    [[maybe_unused]] const int chunks = reduction_chunks(a.ld, a.x_lo != nullptr);
+    reduction_pipeline<true, kInBlock>(
         a,
         [&](int c, int k, int stage) {
             load_weights<kThreads, true>(w_smem + stage * kWeightStageHalves<kN>, a, block_rows,
@@ -930,7 +942,7 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
                 load_window<kThreads>(win_smem + (c % 2) * rows * kPitch, a, t0 - a.pad, rows, c);
             }
         },
-        [&](int stage, int buffer, int k) {
+        [&](int stage, int buffer, int k, int c) {
             const __half* as = win_smem + (buffer * rows + k * a.dilation) * kPitch + a_off;
             uint32_t af[kBK / 16][4];
 #pragma unroll
@@ -946,6 +958,15 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
             wgmma_commit();
             wgmma_wait<0>();
             fence_accumulators(d);
+            if constexpr (kInBlock) {
+                if (k == a.K - 1 && ((c + 1) % a.chunks_per_split == 0 || c + 1 == chunks)) {
+#pragma unroll
+                    for (int i = 0; i < kN / 2; ++i) {
+                        total[i] += d[i];
+                        d[i] = 0.f;
+                    }
+                }
+            }
         });
 
     // d[4 j + 2 h + e]: time row 16 w + g + 8 h, channel 8 j + 2 tq + e.
@@ -957,7 +978,14 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
         for (int e = 0; e < 2; ++e) {
             float* row = tile + (8 * j + 2 * tq + e) * kStagedPitch<kTile> + warp * 16 + g;
 #pragma unroll
-            for (int h = 0; h < 2; ++h) row[8 * h] = d[4 * j + 2 * h + e];
+            for (int h = 0; h < 2; ++h) {
+                const int i = 4 * j + 2 * h + e;
+                if constexpr (kInBlock) {
+                    row[8 * h] = total[i];
+                } else {
+                    row[8 * h] = d[i];
+                }
+            }
         }
     }
     if constexpr (kPhases) {
@@ -971,11 +999,28 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 
 #endif
 }
 
+// Channel c's statistics partial over this block's kThreads columns, v the
+// value stored at the thread's column (inside: a column of y): what a split
+// reduction's statistics are (the conv kernel's blocks cannot write them:
+// none sees final sums).
+__device__ void store_block_stats(const ConvArgs& a, int c, bool inside, float v) {
+    __shared__ double scratch[kThreads / 32];
+    const int n = min(int(blockDim.x), a.Tout - int(blockIdx.x * blockDim.x));
+    const double sum = block_sum(inside ? double(v) : 0.0, scratch);
+    const double d = inside ? double(v) - sum / n : 0.0;
+    const double m2 = block_sum(d * d, scratch);
+    if (threadIdx.x == 0) {
+        double* s = a.stats + stats_index(a, c, int(blockIdx.x));
+        s[0] = n;
+        s[1] = sum;
+        s[2] = m2;
+    }
+}
+
 // The splits' sums: sum[p, c, q] = sum_z partial[z, p, c, q], z in order
 // (fixed summation order: repeatable bits), then stored as the conv kernel
 // stores; a conv1d's (no phases) with statistics also writes each block's
-// partial over its kThreads columns (the conv kernel's blocks cannot: none
-// sees final sums). grid.y = p Cout + c.
+// partial over its kThreads columns (store_block_stats). grid.y = p Cout + c.
 template <bool kPhases>
 __global__ void split_sum_kernel(const ConvArgs a, int splits) {
     await_producers();
@@ -995,17 +1040,17 @@ __global__ void split_sum_kernel(const ConvArgs a, int splits) {
         if (kPhases && t == 1 && a.y_left != 0) store_pad(a, c, u);
     }
     if (kPhases || a.stats == nullptr) return;  // uniform over the block
-    __shared__ double scratch[kThreads / 32];
-    const int n = min(int(blockDim.x), a.Tout - int(blockIdx.x * blockDim.x));
-    const double sum = block_sum(inside ? double(v) : 0.0, scratch);
-    const double d = inside ? double(v) - sum / n : 0.0;
-    const double m2 = block_sum(d * d, scratch);
-    if (threadIdx.x == 0) {
-        double* s = a.stats + stats_index(a, c, int(blockIdx.x));
-        s[0] = n;
-        s[1] = sum;
-        s[2] = m2;
-    }
+    store_block_stats(a, c, inside, v);
+}
+
+// A conv1d's statistics partials read back from y, as split_sum_kernel
+// writes them: after its split reduction ran inside the conv's blocks
+// (kInBlock). grid.y = c.
+__global__ void split_stats_kernel(const ConvArgs a) {
+    await_producers();
+    const int q = int(blockIdx.x * blockDim.x + threadIdx.x), c = int(blockIdx.y);
+    const bool inside = q < a.Tout;
+    store_block_stats(a, c, inside, inside ? a.y[int64_t(c) * a.Tout + q] : 0.f);
 }
 
 // The kernels with the output map's phases and pad compiled in.
@@ -1034,6 +1079,7 @@ Gpu current_gpu() {
 // Both kernels use the same tiles.
 struct Plan {
     int tile, splits, chunks_per_split;
+    bool in_block = false;  // the splits walked inside one block (conv1d_wgmma_kernel's kInBlock)
     int64_t blocks(int row_tiles, int Tout) const {
         return int64_t((Tout + tile - 1) / tile) * row_tiles;
     }
@@ -1073,7 +1119,7 @@ void launch(Kernel kernel, const char* name, size_t smem, int threads, const Gpu
     KOKORO_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, gpu.smem_optin));
     const dim3 grid(unsigned((a.Tout + p.tile - 1) / p.tile), unsigned(row_tiles(a)),
-                    unsigned(p.splits));
+                    unsigned(p.in_block ? 1 : p.splits));
     launch_dependent(kernel, grid, dim3(threads), smem, stream, name, a);
 }
 
@@ -1086,6 +1132,13 @@ void launch_mapped(const Gpu& gpu, const Plan& p, HalfKernel which, const ConvAr
         // kN: the narrow tile where one covers Cout (a conv1d's rows only).
         auto wgmma = [&](auto n) {
             constexpr int kN = decltype(n)::value;
+            if constexpr (!kPhases && kN == kCoutTile) {
+                if (p.in_block) {
+                    return launch(conv1d_wgmma_kernel<1, false, kN, true>, "conv1d_wgmma_kernel",
+                                  wgmma_smem_bytes<1, kN>(halo), kWgmmaThreadsPerGroup, gpu, p,
+                                  a, stream);
+                }
+            }
             if (p.tile == 128) {
                 launch(conv1d_wgmma_kernel<2, kPhases, kN>, "conv1d_wgmma_kernel",
                        wgmma_smem_bytes<2, kN>(halo), 2 * kWgmmaThreadsPerGroup, gpu, p, a,
@@ -1347,16 +1400,26 @@ void run(HalfCall c, const __half* x, const __half* w, float w_scale, const floa
     a.b = b;
     a.residual = residual;
     a.y = y;
-    a.partial = c.plan.splits > 1 ? scratch : nullptr;
-    a.stats = c.plan.splits > 1 ? nullptr : stats;  // split: the sum kernel writes them
+    // A split reduction on a GPU shared with other lanes (launch.cuh) runs
+    // inside one block per tile (wgmma, a conv1d of wide Cout tiles): the
+    // same sums in the same order, fewer blocks, no partial sums' traffic.
+    igemm::Plan plan = c.plan;
+    plan.in_block = plan.splits > 1 && gpu_shared() && kernel == HalfKernel::kBest &&
+                    c.gpu.wgmma && !igemm::has_phases(a) && a.Cout > igemm::kNarrowCoutTile;
+    a.partial = plan.splits > 1 && !plan.in_block ? scratch : nullptr;
+    a.stats = plan.splits > 1 ? nullptr : stats;  // split: the sum or stats kernel writes them
     a.w_scale = w_scale;
-    igemm::launch(c.gpu, c.plan, kernel, a, stream);
-    if (c.plan.splits > 1) {
-        a.stats = stats;
+    igemm::launch(c.gpu, plan, kernel, a, stream);
+    if (plan.splits == 1) return;
+    a.stats = stats;
+    if (!plan.in_block) {
         launch_dependent(igemm::has_phases(a) ? igemm::split_sum_kernel<true>
                                               : igemm::split_sum_kernel<false>,
                          per_channel_grid(a.phases * a.Cout, a.Tout), dim3(kThreads), 0, stream,
-                         "split_sum_kernel", a, c.plan.splits);
+                         "split_sum_kernel", a, plan.splits);
+    } else if (stats != nullptr) {
+        launch_dependent(igemm::split_stats_kernel, per_channel_grid(a.Cout, a.Tout),
+                         dim3(kThreads), 0, stream, "split_stats_kernel", a);
     }
 }
 }  // namespace

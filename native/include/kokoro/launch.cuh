@@ -12,9 +12,9 @@
 // of small kernels with nothing running beside them (ALBERT's), and costs
 // throughput where other streams need those SMs (the generator, batches).
 // Elsewhere (older GPUs, or code built for them) launch_dependent is a
-// plain launch, and so it is on a host thread that turned dependent
-// launches off (DependentLaunches): a batch's lanes, where kernels
-// scheduled early only hold SMs that the other lanes' kernels could use.
+// plain launch, and so it is on a host thread whose work shares the GPU
+// (SharedGpu): a batch's lanes, where kernels scheduled early only hold SMs
+// that the other lanes' kernels could use.
 #pragma once
 
 #include <map>
@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include "kokoro/check.h"
+#include "kokoro/shared_gpu.h"
 
 namespace kokoro {
 
@@ -67,26 +68,6 @@ inline bool dependent_launch_allowed(const void* kernel) {
     return allowed;
 }
 
-// Whether this host thread launches dependents programmatically (default on).
-inline bool& dependent_launches_on() {
-    thread_local bool on = true;
-    return on;
-}
-
-// Sets this thread's choice for its lifetime, then restores the previous one.
-class DependentLaunches {
-public:
-    explicit DependentLaunches(bool on) : previous_(dependent_launches_on()) {
-        dependent_launches_on() = on;
-    }
-    ~DependentLaunches() { dependent_launches_on() = previous_; }
-    DependentLaunches(const DependentLaunches&) = delete;
-    DependentLaunches& operator=(const DependentLaunches&) = delete;
-
-private:
-    bool previous_;
-};
-
 // kernel<<<grid, block, smem, stream>>>(args...) as a programmatic dependent
 // launch where the GPU supports it and this thread has them on; launch
 // errors are checked, named.
@@ -103,7 +84,7 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
     config.stream = stream;
     config.attrs = &attr;
     config.numAttrs =
-        dependent_launches_on() && dependent_launch_allowed(reinterpret_cast<const void*>(kernel))
+        !gpu_shared() && dependent_launch_allowed(reinterpret_cast<const void*>(kernel))
             ? 1
             : 0;
     const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
