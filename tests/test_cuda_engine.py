@@ -371,25 +371,37 @@ BATCH_SIZES = [5, 140, 33, 300, 33, 77, 12, 210, 64]
 GROUPED_BATCH_SIZES = [510, 498, 400, 3, 260, 1, 256, 257, 90, 510, 2, 45, 300, 7, 120, 33, 499, 64, 16, 200]
 
 
+# fp32 ("gpu"): groups of one (cuBLAS ALBERT), the lanes' convs on split operands still walking
+# their split reductions inside their blocks.
 @pytest.mark.parametrize(
-    "sizes,deterministic",
-    [(BATCH_SIZES, True), (BATCH_SIZES, False), (GROUPED_BATCH_SIZES, True)],
-    ids=["nine-deterministic", "nine-random", "twenty-deterministic"],
+    "backend_name,sizes,deterministic",
+    [
+        ("fast", BATCH_SIZES, True),
+        ("fast", BATCH_SIZES, False),
+        ("fast", GROUPED_BATCH_SIZES, True),
+        ("gpu", BATCH_SIZES, True),
+    ],
+    ids=["nine-deterministic", "nine-random", "twenty-deterministic", "fp32-nine-deterministic"],
 )
 def test_forward_batch_equals_one_by_one(
-    config: ModelConfig, fast: CUDABackend, sizes: list[int], deterministic: bool
+    config: ModelConfig,
+    request: pytest.FixtureRequest,
+    backend_name: str,
+    sizes: list[int],
+    deterministic: bool,
 ) -> None:
+    backend: CUDABackend = request.getfixturevalue(backend_name)
     items = []
     for i, n in enumerate(sizes):
         ids, ref_s = random_inputs(config, n, seed=100 + i)
         items.append((ids, ref_s, 1.0 + 0.05 * i, 1000 + i))
-    batch = fast.forward_batch(items, deterministic=deterministic)
+    batch = backend.forward_batch(items, deterministic=deterministic)
     assert len(batch) == len(items)
     for (ids, ref_s, speed, seed), (audio, dur) in zip(items, batch, strict=True):
-        want_audio, want_dur = fast.forward(ids, ref_s, speed, deterministic=deterministic, seed=seed)
+        want_audio, want_dur = backend.forward(ids, ref_s, speed, deterministic=deterministic, seed=seed)
         np.testing.assert_array_equal(dur, want_dur)
         assert audio.tobytes() == want_audio.tobytes()
-    assert fast.forward_batch([], deterministic=True) == []
+    assert backend.forward_batch([], deterministic=True) == []
 
 
 def test_synthesize_batch_equals_synthesize(fast: CUDABackend, config: ModelConfig, tmp_path: Path) -> None:

@@ -499,8 +499,8 @@ float linear_weight_to_split_half(const float* w, __half* dst, int out, int in) 
 }
 
 int64_t linear_split_half_scratch_floats(int rows, int in, int out, HalfKernel kernel,
-                                         bool row_chunks) {
-    const split_gemm::Plan p = split_gemm::plan(rows, in, out, kernel, !row_chunks);
+                                         bool with_row_chunks) {
+    const split_gemm::Plan p = split_gemm::plan(rows, in, out, kernel, !with_row_chunks);
     return p.splits > 1 ? int64_t(p.splits) * rows * out : 0;
 }
 

@@ -97,9 +97,10 @@ void linear_split_half(const float* x, __half* x_split, const __half* w_split, f
                        cudaStream_t stream, float beta = 0.f,
                        HalfKernel kernel = HalfKernel::kBest,
                        const int32_t* row_chunks = nullptr);
+// The scratch floats of linear_split_half (with_row_chunks: a call given row_chunks).
 int64_t linear_split_half_scratch_floats(int rows, int in, int out,
                                          HalfKernel kernel = HalfKernel::kBest,
-                                         bool row_chunks = false);
+                                         bool with_row_chunks = false);
 // The reduction chunks per split that linear_split_half plans for `rows` rows.
 int linear_split_half_chunks_per_split(int rows, int in, int out,
                                        HalfKernel kernel = HalfKernel::kBest);
