@@ -219,15 +219,15 @@ py::array_t<float> linear(const FloatArray& x, const FloatArray& w, const Option
         const ops::HalfKernel kernel = half_kernel(mma_sync);
         std::optional<DInt> row_chunks;
         if (stacked) {
-            IntArray chunks(rows);
-            int row = 0;
+            int64_t total = 0;
             for (const int n : *stacked) {
-                require(n > 0 && row + n <= rows, "linear: stacked lengths must add up to rows");
-                const int per = ops::linear_split_half_chunks_per_split(n, in, out, kernel);
-                for (int i = 0; i < n; ++i) chunks.mutable_data()[row++] = per;
+                require(n > 0, "linear: stacked lengths must add up to rows");
+                total += n;
             }
-            require(row == rows, "linear: stacked lengths must add up to rows");
-            row_chunks.emplace(DInt::from(chunks));
+            require(total == rows, "linear: stacked lengths must add up to rows");
+            const std::vector<int32_t> chunks =
+                ops::linear_split_half_row_chunks(*stacked, in, out, kernel);
+            row_chunks.emplace(DInt::from(IntArray(rows, chunks.data())));
         }
         const int32_t* plans = row_chunks ? row_chunks->get() : nullptr;
         DFloat scratch(

@@ -728,10 +728,7 @@ const int32_t* TokenRows::row_chunks(int in, int out) const {
     const auto key = std::make_pair(in, out);
     const auto found = row_chunks_.find(key);
     if (found != row_chunks_.end()) return found->second;
-    std::vector<int32_t> chunks;
-    for (const int T : lengths_) {
-        chunks.insert(chunks.end(), size_t(T), ops::linear_split_half_chunks_per_split(T, in, out));
-    }
+    const std::vector<int32_t> chunks = ops::linear_split_half_row_chunks(lengths_, in, out);
     int32_t* dev = ws_->ints("tokens.row_chunks." + std::to_string(in) + "x" + std::to_string(out),
                              rows_);
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(dev, chunks.data(), sizeof(int32_t) * rows_,
@@ -740,24 +737,26 @@ const int32_t* TokenRows::row_chunks(int in, int out) const {
     return dev;
 }
 
-const int32_t* Context::row_chunks(int rows, int in, int out) const {
-    if (tokens == nullptr || !tokens->stacked()) return nullptr;
-    if (rows != tokens->rows()) {
-        throw std::logic_error("a split linear on stacked tokens takes all of their rows");
+Context::SplitPlans Context::split_plans(int rows, int in, int out) const {
+    SplitPlans p;
+    if (tokens != nullptr && tokens->stacked()) {
+        if (rows != tokens->rows()) {
+            throw std::logic_error("a split linear on stacked tokens takes all of their rows");
+        }
+        p.row_chunks = tokens->row_chunks(in, out);
     }
-    return tokens->row_chunks(in, out);
+    p.scratch = floats("ops.scratch",
+                       ops::linear_split_half_scratch_floats(rows, in, out, ops::HalfKernel::kBest,
+                                                             p.row_chunks != nullptr));
+    return p;
 }
 
 void Context::split_linear(const std::string& weight, const float* x, const float* b, float* y,
                            int rows, int in, int out, float beta) const {
     const DeviceWeights::SplitLinear w = weights.get_split_linear(weight, out, in);
-    const int32_t* plans = row_chunks(rows, in, out);
-    float* scratch = floats("ops.scratch",
-                            ops::linear_split_half_scratch_floats(rows, in, out,
-                                                                  ops::HalfKernel::kBest,
-                                                                  plans != nullptr));
-    ops::linear_split_half(x, split_input(rows, in), w.w, w.scale, b, y, rows, in, out, scratch,
-                           stream, beta, ops::HalfKernel::kBest, plans);
+    const SplitPlans p = split_plans(rows, in, out);
+    ops::linear_split_half(x, split_input(rows, in), w.w, w.scale, b, y, rows, in, out, p.scratch,
+                           stream, beta, ops::HalfKernel::kBest, p.row_chunks);
 }
 
 ops::SplitSums Context::linear_sums(const std::string& prefix, const float* x, float* y,
@@ -768,13 +767,10 @@ ops::SplitSums Context::linear_sums(const std::string& prefix, const float* x, f
         return y;
     }
     const DeviceWeights::SplitLinear w = weights.get_split_linear(weight, out, in);
-    const int32_t* plans = row_chunks(rows, in, out);
-    float* scratch = floats("ops.scratch",
-                            ops::linear_split_half_scratch_floats(rows, in, out,
-                                                                  ops::HalfKernel::kBest,
-                                                                  plans != nullptr));
+    const SplitPlans p = split_plans(rows, in, out);
     return ops::linear_split_half_sums(x, split_input(rows, in), w.w, w.scale, y, rows, in, out,
-                                       scratch, stream, beta, ops::HalfKernel::kBest, plans);
+                                       p.scratch, stream, beta, ops::HalfKernel::kBest,
+                                       p.row_chunks);
 }
 
 void Context::lstm(const std::string& prefix, const float* x, float* out, int T) const {

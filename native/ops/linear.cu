@@ -40,6 +40,7 @@
 // grid layer per head, the reduction never split, y at its own row pitch).
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include <cuda_fp16.h>
 
@@ -89,9 +90,9 @@ constexpr size_t smem_bytes(bool wgmma, int stages) {
 
 // partial null: one split, the kernel writes y (row pitch ldy); else split
 // z writes its unscaled sums over chunks [z * chunks_per_split, ...) to
-// partial[z] ([rows, out]) and split_sum_kernel finishes. row_chunks (one
-// split only; null: chunks_per_split for every row): row m's sums are
-// split every row_chunks[m] chunks, the splits added in order. A batch of
+// partial[z] ([rows, out]) and split_sum_kernel finishes. row_chunks (the
+// stacked kernels; one split): row m's sums are split every row_chunks[m]
+// chunks, the splits added in order. A batch of
 // GEMMs (the attention's heads; never split) has item i's operands and
 // output x_batch, w_batch and y_batch elements on: blockIdx.z = i * splits + z.
 struct Args {
@@ -125,7 +126,6 @@ template <int kSlots, int kRows, bool kOn>
 struct StackedSplits {
     float total[kOn ? kSlots : 1] = {};
     int chunks_per_split[kRows] = {};
-    bool started[kRows] = {};
     __device__ void init(const Args& a, const int (&rows)[kRows]) {
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
@@ -133,23 +133,23 @@ struct StackedSplits {
         }
     }
     // After reduction chunk c's sums went into acc (of `chunks` in all):
-    // the slots of rows whose split ends with c move acc into their total.
+    // the slots of rows whose split ends with c move acc into their total
+    // (the first split's sums become it, as split_sum_kernel starts).
     template <class RowOf>
     __device__ void chunk_done(int c, int chunks, float (&acc)[kSlots], RowOf row_of) {
-        bool ends[kRows];
+        bool ends[kRows], first[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
             ends[r] = (c + 1) % chunks_per_split[r] == 0 || c + 1 == chunks;
+            first[r] = c < chunks_per_split[r];
         }
 #pragma unroll
         for (int i = 0; i < kSlots; ++i) {
             const int r = row_of(i);
             if (!ends[r]) continue;
-            total[i] = started[r] ? total[i] + acc[i] : acc[i];
+            total[i] = first[r] ? acc[i] : total[i] + acc[i];
             acc[i] = 0.f;
         }
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) started[r] = started[r] || ends[r];
     }
     // Slot i's sum: its total, or the plain call's accumulator.
     __device__ float sum(int i, float acc) const {
@@ -504,8 +504,14 @@ int64_t linear_split_half_scratch_floats(int rows, int in, int out, HalfKernel k
     return p.splits > 1 ? int64_t(p.splits) * rows * out : 0;
 }
 
-int linear_split_half_chunks_per_split(int rows, int in, int out, HalfKernel kernel) {
-    return split_gemm::plan(rows, in, out, kernel).chunks_per_split;
+std::vector<int32_t> linear_split_half_row_chunks(const std::vector<int>& lengths, int in,
+                                                  int out, HalfKernel kernel) {
+    std::vector<int32_t> chunks;
+    for (const int n : lengths) {
+        const int per = split_gemm::plan(n, in, out, kernel).chunks_per_split;
+        chunks.insert(chunks.end(), size_t(n), per);
+    }
+    return chunks;
 }
 
 namespace {

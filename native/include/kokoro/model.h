@@ -453,9 +453,14 @@ struct Context {
     void lstm(const std::string& prefix, const float* x, float* out, int T) const;
 
 private:
-    // A split linear's row_chunks on `rows` rows: tokens' table where tokens
-    // is a stack (then rows must be all its rows), else null.
-    const int32_t* row_chunks(int rows, int in, int out) const;
+    // A split linear's plans on `rows` rows: tokens' row_chunks where tokens
+    // is a stack (then rows must be all its rows), else null; its scratch
+    // (workspace slot "ops.scratch").
+    struct SplitPlans {
+        const int32_t* row_chunks = nullptr;
+        float* scratch = nullptr;
+    };
+    SplitPlans split_plans(int rows, int in, int out) const;
 };
 
 // ------------------------------------------------------------- albert.cu

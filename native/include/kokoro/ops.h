@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
@@ -89,8 +90,8 @@ float linear_weight_to_split_half(const float* w, __half* dst, int out, int in);
 // reduction is split over blocks; 0: may be null). |x| must stay within
 // FP16's range. y may not alias x. row_chunks (device [rows], may be null):
 // rows stacked from several inputs (a batch's utterances), row m's reduction
-// split every row_chunks[m] chunks as linear_split_half_chunks_per_split
-// plans it for its input alone; each row then has the bits of a call on its
+// split every row_chunks[m] chunks as a call on its input alone plans it
+// (linear_split_half_row_chunks); each row then has the bits of a call on its
 // input alone (the splits are added in order inside one block: no scratch).
 void linear_split_half(const float* x, __half* x_split, const __half* w_split, float w_scale,
                        const float* b, float* y, int rows, int in, int out, float* scratch,
@@ -101,9 +102,10 @@ void linear_split_half(const float* x, __half* x_split, const __half* w_split, f
 int64_t linear_split_half_scratch_floats(int rows, int in, int out,
                                          HalfKernel kernel = HalfKernel::kBest,
                                          bool with_row_chunks = false);
-// The reduction chunks per split that linear_split_half plans for `rows` rows.
-int linear_split_half_chunks_per_split(int rows, int in, int out,
-                                       HalfKernel kernel = HalfKernel::kBest);
+// linear_split_half's row_chunks for inputs of `lengths` rows stacked: each
+// row the reduction chunks per split that a call on its input alone plans.
+std::vector<int32_t> linear_split_half_row_chunks(const std::vector<int>& lengths, int in,
+                                                  int out, HalfKernel kernel = HalfKernel::kBest);
 // `batch` GEMMs on operands split already, y_i [rows, out] (row pitch ldy)
 // = (x_i @ w_i^T) * scale with x_i = x_split + i * x_stride ([2, rows,
 // pitch]: hi, then lo), w_i = w_split + i * w_stride ([2, out, pitch]), y_i
