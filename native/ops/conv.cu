@@ -907,12 +907,14 @@ __device__ void wgmma_m64k16(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_
 // Two blocks of two warpgroups per SM (at most 128 registers per thread),
 // or three of one (their shared memory's limit). kN: the block's GEMM rows
 // (kCoutTile, or kNarrowCoutTile for a conv1d of few output channels).
-// kInBlock (a conv1d on a GPU shared with other lanes, one warpgroup): the
+// kInBlock (a conv1d on a GPU shared with other lanes, two warpgroups): the
 // plan's split reduction walked in one block, each split's sums into the
 // accumulators from zero, then added to `total` in split order, as the
-// split sum kernel adds them (still three blocks per SM: 168 registers).
+// split sum kernel adds them (one block per SM: `total` takes 64 more
+// registers than two blocks could have).
 template <int kGroups, bool kPhases, int kN, bool kInBlock = false>
-__global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup, kGroups == 2 ? 2 : 3)
+__global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
+                                  kGroups == 1 ? 3 : (kInBlock ? 1 : 2))
     conv1d_wgmma_kernel(const ConvArgs a) {
     await_producers();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1134,9 +1136,9 @@ void launch_mapped(const Gpu& gpu, const Plan& p, HalfKernel which, const ConvAr
             constexpr int kN = decltype(n)::value;
             if constexpr (!kPhases && kN == kCoutTile) {
                 if (p.in_block) {
-                    return launch(conv1d_wgmma_kernel<1, false, kN, true>, "conv1d_wgmma_kernel",
-                                  wgmma_smem_bytes<1, kN>(halo), kWgmmaThreadsPerGroup, gpu, p,
-                                  a, stream);
+                    return launch(conv1d_wgmma_kernel<2, false, kN, true>, "conv1d_wgmma_kernel",
+                                  wgmma_smem_bytes<2, kN>(halo), 2 * kWgmmaThreadsPerGroup, gpu,
+                                  p, a, stream);
                 }
             }
             if (p.tile == 128) {
@@ -1406,6 +1408,7 @@ void run(HalfCall c, const __half* x, const __half* w, float w_scale, const floa
     igemm::Plan plan = c.plan;
     plan.in_block = plan.splits > 1 && gpu_shared() && kernel == HalfKernel::kBest &&
                     c.gpu.wgmma && !igemm::has_phases(a) && a.Cout > igemm::kNarrowCoutTile;
+    if (plan.in_block) plan.tile = 128;  // the tile does not enter the sums: half the weight reads
     a.partial = plan.splits > 1 && !plan.in_block ? scratch : nullptr;
     a.stats = plan.splits > 1 ? nullptr : stats;  // split: the sum or stats kernel writes them
     a.w_scale = w_scale;
