@@ -420,9 +420,12 @@ py::array_t<float> layer_norm(const FloatArray& x, bool channels_first, const Op
     return (in_place ? dx : y).download({a, pitch});
 }
 
+// AdaIN (+ activation) in fp32, or as half rows from its own or the given
+// statistics partials; shared_gpu: called as a lane of a batch calls it.
 py::array_t<float> adain(const FloatArray& x, const FloatArray& style, const std::string& act,
                          float slope, const OptionalFloat& alpha, bool in_place, bool half_rows,
-                         bool split, const std::optional<DoubleArray>& partials) {
+                         bool split, const std::optional<DoubleArray>& partials, bool shared_gpu) {
+    const SharedGpu shared(shared_gpu);
     require_ndim(x, 2, "x");
     const int C = dim(x, 0), T = dim(x, 1);
     require(int(style.size()) == 2 * C, "adain: style must hold 2C values");
@@ -858,7 +861,7 @@ void register_ops(py::module_& m) {
           "eps"_a = 1e-5f, "in_place"_a = false, "x_bias"_a = py::none(), "y_pitch"_a = 0);
     o.def("adain", &adain, "x"_a, "style"_a, "act"_a = "none", "slope"_a = 0.2f,
           "alpha"_a = py::none(), "in_place"_a = false, "half_rows"_a = false, "split"_a = false,
-          "partials"_a = py::none());
+          "partials"_a = py::none(), "shared_gpu"_a = false);
     o.def("to_half_rows", &to_half_rows, "x"_a, "split"_a = false,
           "plus"_a = std::vector<FloatArray>(), "scale"_a = 1.f, "leaky_slope"_a = 1.f);
     o.def("conv1d", &conv1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1, "pad"_a = 0,

@@ -802,6 +802,33 @@ def test_adain_half_rows(rng: np.random.Generator, shape: tuple[int, int], act: 
     check(f"adain half rows split {act} {shape}: hi + lo", hi_lo, want, reduction_tol(t_len))
 
 
+def channel_partials(x: np.ndarray, parts: int) -> np.ndarray:
+    """Statistics partials of x [C, T] over `parts` time pieces: {count, sum, m2 about its mean}."""
+    pieces = np.array_split(f64(x), parts, axis=1)
+    out = np.empty((x.shape[0], parts, 3))
+    for i, p in enumerate(pieces):
+        out[:, i, 0] = p.shape[1]
+        out[:, i, 1] = p.sum(axis=1)
+        out[:, i, 2] = ((p - p.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
+    return out
+
+
+@pytest.mark.parametrize("parts", [0, 1, 37, 1100])
+def test_adain_half_rows_shared_gpu_same_bits(rng: np.random.Generator, parts: int) -> None:
+    """A batch lane's AdaIN combines the statistics partials a warp per channel: the sums and the
+    order of one utterance's block per channel, so the same bits (0: its own partials)."""
+    c, t_len = 70, 9001
+    x = f32(rng.standard_normal((c, t_len)) * 2 + 0.5)
+    style = f32(rng.standard_normal(2 * c) * 0.5)
+    alpha = f32(rng.uniform(0.2, 2.0, c))
+    given = channel_partials(x, parts) if parts else None
+    block = gpu.adain(x, style, "snake", 0.2, alpha, half_rows=True, partials=given)
+    warp = gpu.adain(x, style, "snake", 0.2, alpha, half_rows=True, partials=given, shared_gpu=True)
+    assert np.array_equal(block, warp)
+    want = ref.adain(f64(x), f64(style), "snake", 0.2, f64(alpha))
+    check(f"adain half rows from {parts} partials", warp[:, :c].T, want, HALF_OPERAND_TOL)
+
+
 # (Cin, Cout, Tin, K, stride, pad, output_padding, groups)
 CONV_TRANSPOSE_CASES = [
     (64, 48, 17, 20, 10, 5, 0, 1),  # ups[0]: k20 s10 p5

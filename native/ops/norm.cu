@@ -325,22 +325,51 @@ __global__ void adain_stats_kernel(AdainArgs a, double* partials, ChannelApply* 
     out[2] = s.y;
 }
 
-// Pass 2's statistics of channel c, by the whole block: thread i takes
-// partials i, i + blockDim.x, ...; Chan et al.: m2 = sum of m2_b + n_b
-// (mean_b - mean)^2; fixed reduction trees, so every run adds in the same
-// order. Returns (mean, variance) in every thread.
+// Sums add(acc, b) over a channel's partials b as kAdainThreads threads and
+// block_sum would: thread i takes b = i, i + kAdainThreads, ... in order,
+// then the warps' sums (warp_sum) are added in warp order. kWarps warps do
+// it: the whole block (each thread one of those threads), or one warp, whose
+// lane l stands for threads l + 32 j, keeping their sums apart (the same
+// additions in the same order: the same bits, without the block's barriers
+// and with a warp's share of the SMs). scratch: block_sum's.
+template <int kWarps, class Add>
+__device__ double ordered_sum(int parts, double* scratch, Add add) {
+    constexpr int kThreadWarps = kAdainThreads / 32, kPerLane = kThreadWarps / kWarps;
+    static_assert(kWarps == 1 || kWarps == kThreadWarps, "a warp or the block");
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % kWarps;
+    double s[kPerLane] = {};
+    for (int b0 = 0; b0 < parts; b0 += kAdainThreads) {
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+            const int b = b0 + 32 * (warp + kWarps * j) + lane;
+            if (b < parts) add(s[j], b);
+        }
+    }
+    if constexpr (kWarps == 1) {
+        double total = 0.0;
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) total += warp_sum(s[j]);
+        return total;
+    } else {
+        return block_sum(s[0], scratch);
+    }
+}
+
+// Pass 2's statistics of channel c by kWarps warps (ordered_sum): Chan et
+// al.: m2 = sum of m2_b + n_b (mean_b - mean)^2; fixed reduction trees, so
+// every run adds in the same order. Returns (mean, variance) in every thread.
+template <int kWarps = kAdainThreads / 32>
 __device__ double2 combine_partials(const AdainArgs& a, const double* partials, int parts, int c,
                                     double* scratch) {
     const double* pc = partials + int64_t(c) * parts * kPartialDoubles;
-    double sum = 0.0;
-    for (int b = threadIdx.x; b < parts; b += blockDim.x) sum += pc[b * kPartialDoubles + 1];
-    const double mean = block_sum(sum, scratch) / a.T;
-    double m2 = 0.0;
-    for (int b = threadIdx.x; b < parts; b += blockDim.x) {
+    const double sum = ordered_sum<kWarps>(
+        parts, scratch, [&](double& acc, int b) { acc += pc[b * kPartialDoubles + 1]; });
+    const double mean = sum / a.T;
+    const double m2 = ordered_sum<kWarps>(parts, scratch, [&](double& acc, int b) {
         const double* part = pc + b * kPartialDoubles;
-        if (part[0] > 0) m2 += m2_about(part[0], part[1], part[2], mean);
-    }
-    return make_double2(mean, block_sum(m2, scratch) / a.T);
+        if (part[0] > 0) acc += m2_about(part[0], part[1], part[2], mean);
+    });
+    return make_double2(mean, m2 / a.T);
 }
 
 // Long rows, pass 2: block (tile, c) combines the channel's partials, then
@@ -354,16 +383,22 @@ __global__ void adain_apply_kernel(AdainArgs a, const double* partials, int part
                 ChannelApply(a, c, s.x, s.y));
 }
 
-// Pass 2 into half rows, step 1: block c combines channel c's partials into
-// its ChannelApply (stored after the partials in scratch). A block, not a
-// warp, per channel: a conv's partials (one per 128 steps) run to ~1000.
+// Pass 2 into half rows, step 1: kWarps warps combine a channel's partials
+// into its ChannelApply (stored after the partials in scratch). A block per
+// channel for one utterance's latency: a conv's partials (one per 128 steps)
+// run to ~1000. A warp per channel on a GPU shared with other lanes
+// (shared_gpu.h), the same bits: there the block's SM-time is what the call
+// costs (128 - 1024 blocks of a few microseconds each, ~4% of a batch).
+template <int kWarps>
 __global__ void adain_finalize_kernel(AdainArgs a, const double* partials, int parts,
                                       ChannelApply* apply) {
     await_producers();
     __shared__ double scratch[kAdainThreads / 32];
-    const int c = blockIdx.x;
-    const double2 s = combine_partials(a, partials, parts, c, scratch);
-    if (threadIdx.x == 0) apply[c] = ChannelApply(a, c, s.x, s.y);
+    constexpr int kChannels = kAdainThreads / 32 / kWarps;  // per block
+    const int c = int(blockIdx.x) * kChannels + int(threadIdx.x) / 32 / kWarps;
+    if (kWarps == 1 && c >= a.C) return;  // (whole warps: no block barrier below)
+    const double2 s = combine_partials<kWarps>(a, partials, parts, c, scratch);
+    if (threadIdx.x % (32 * kWarps) == 0) apply[c] = ChannelApply(a, c, s.x, s.y);
 }
 
 // Step 2: block (time tiles, channel tile) writes its transposed tiles
@@ -471,8 +506,16 @@ void adain_half_rows(const float* x, __half* y, int C, int T, const float* style
                          finalized ? apply : nullptr);
     }
     if (!finalized) {
-        launch_dependent(adain_finalize_kernel, dim3(unsigned(C)), dim3(kAdainThreads), 0, stream,
-                         "adain_finalize_kernel", args, stats.data, stats.parts, apply);
+        constexpr int kWarps = kAdainThreads / 32;
+        if (gpu_shared()) {
+            launch_dependent(adain_finalize_kernel<1>, dim3(unsigned((C + kWarps - 1) / kWarps)),
+                             dim3(kAdainThreads), 0, stream, "adain_finalize_kernel", args,
+                             stats.data, stats.parts, apply);
+        } else {
+            launch_dependent(adain_finalize_kernel<kWarps>, dim3(unsigned(C)), dim3(kAdainThreads),
+                             0, stream, "adain_finalize_kernel", args, stats.data, stats.parts,
+                             apply);
+        }
     }
     __half* y_lo = form == HalfOperands::kSplit ? y + int64_t(T) * half_rows_pitch(C) : nullptr;
     adain_half_rows_launch(args, apply, y, y_lo, stream);
