@@ -11,7 +11,9 @@ weights are not assumed present), batch 1, phonemes to audio, on one device:
   implementations then run the same ids, voice row and speed;
 - ``batch``: many medium utterances through a batched forward
   (``forward_batch`` of the backend) when the engine has one, else reported as
-  not available.
+  not available. Its note gives the GPU's median power draw and SM clock over
+  its runs (nvidia-smi, where present): a batch runs at the power limit, where
+  the driver lowers the clock.
 
 Per case and implementation one table row: median and min latency over
 ``--repeats`` runs after ``--warmup`` runs (wall clock around a call that
@@ -46,8 +48,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -179,6 +184,74 @@ def time_calls(fn: Callable[[], Any], warmup: int, repeats: int, sync: Callable[
 
 def _no_sync() -> None:
     return None
+
+
+class PowerSampler:
+    """The GPU's power draw and SM clock, sampled by nvidia-smi while a case runs.
+
+    A batch keeps the GPU at its power limit, where the driver lowers the clock: that clock is
+    part of the batch's number, so its row reports it. A no-op (empty summary) where nvidia-smi
+    is missing or cannot report; the GPU is the first of CUDA_VISIBLE_DEVICES, else index 0.
+    """
+
+    FIELDS = ("power.draw", "clocks.sm", "clocks_event_reasons.sw_power_cap")
+
+    def __init__(self, interval_ms: int = 50) -> None:
+        self.interval_ms = interval_ms
+        self.samples: list[list[str]] = []
+        self._proc: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> PowerSampler:
+        smi = shutil.which("nvidia-smi")
+        if smi is None:
+            return self
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+        base = [smi, "-i", visible if visible.isdigit() else "0", "--format=csv,noheader,nounits"]
+        # Older drivers lack the power-cap field: fall back to power and clock alone.
+        for fields in (self.FIELDS, self.FIELDS[:2]):
+            query = [*base, "--query-gpu=" + ",".join(fields)]
+            try:
+                if subprocess.run(query, capture_output=True, timeout=10).returncode != 0:
+                    continue
+                self._proc = subprocess.Popen(
+                    [*query, "-lms", str(self.interval_ms)],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                )
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+            break
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc is None:
+            return
+        self._proc.terminate()
+        try:
+            out, _ = self._proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            out, _ = self._proc.communicate()
+        self.samples = [[f.strip() for f in line.split(",")] for line in out.splitlines() if line.strip()]
+
+    def summary(self) -> str:
+        """E.g. "GPU 690 W, SM 1890 MHz (min 1620), power-capped 89%" (medians over the samples)."""
+        rows = []
+        for fields in self.samples:
+            try:
+                rows.append((float(fields[0]), float(fields[1]), fields[2:]))
+            except (ValueError, IndexError):
+                continue
+        if not rows:
+            return ""
+        watts, clocks = [r[0] for r in rows], [r[1] for r in rows]
+        text = f"GPU {statistics.median(watts):.0f} W, SM {statistics.median(clocks):.0f} MHz"
+        text += f" (min {min(clocks):.0f})"
+        capped = [r[2][0] == "Active" for r in rows if r[2]]
+        if capped:
+            text += f", power-capped {100 * sum(capped) / len(capped):.0f}%"
+        return text
 
 
 @dataclass
@@ -421,8 +494,10 @@ def run_ours_batch(
     outputs = call()
     row.frames = int(sum(int(np.sum(d)) for _, d in outputs))
     row.audio_s = sum(len(a) for a, _ in outputs) / SAMPLE_RATE
-    row.fill_times(time_calls(call, args.warmup, args.repeats, sync))
+    with PowerSampler() as power:
+        row.fill_times(time_calls(call, args.warmup, args.repeats, sync))
     row.gen_timing = "whole fwd"
+    row.note = power.summary()
     return [row]
 
 

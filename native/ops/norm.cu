@@ -387,8 +387,8 @@ __global__ void adain_apply_kernel(AdainArgs a, const double* partials, int part
 // into its ChannelApply (stored after the partials in scratch). A block per
 // channel for one utterance's latency: a conv's partials (one per 128 steps)
 // run to ~1000. A warp per channel on a GPU shared with other lanes
-// (shared_gpu.h), the same bits: there the block's SM-time is what the call
-// costs (128 - 1024 blocks of a few microseconds each, ~4% of a batch).
+// (shared_gpu.h), the same bits on an eighth of the blocks (128 - 1024
+// blocks of a few microseconds each per call; a batch +1%).
 template <int kWarps>
 __global__ void adain_finalize_kernel(AdainArgs a, const double* partials, int parts,
                                       ChannelApply* apply) {
