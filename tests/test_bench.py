@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import stat
-import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from script_modules import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench", ROOT / "scripts" / "bench.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module through sys.modules
-    spec.loader.exec_module(module)
-    return module
+bench = load_script("bench")
 
 
 def fake_smi(directory: Path, lines: list[str], cap_field: bool) -> None:
@@ -39,31 +27,27 @@ def fake_smi(directory: Path, lines: list[str], cap_field: bool) -> None:
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
 
 
-def sample(bench: ModuleType, monkeypatch: pytest.MonkeyPatch, path: str) -> str:
+def sample(monkeypatch: pytest.MonkeyPatch, path: str) -> str:
     monkeypatch.setenv("PATH", path)
     with bench.PowerSampler(interval_ms=20) as power:
         time.sleep(0.5)
     return power.summary()
 
 
-def test_power_sampler_summary(bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_power_sampler_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Medians of power and clock, the lowest clock, and the share of samples under the cap."""
     fake_smi(tmp_path, ["700.4, 1800, Active", "600.0, 1980, Not Active", "690.0, 1620, Active"], True)
-    text = sample(bench, monkeypatch, f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    text = sample(monkeypatch, f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     assert text == "GPU 690 W, SM 1800 MHz (min 1620), power-capped 67%"
 
 
-def test_power_sampler_without_cap_field(
-    bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_power_sampler_without_cap_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A driver without the power-cap field: power and clock alone."""
     fake_smi(tmp_path, ["650.0, 1900"], False)
-    text = sample(bench, monkeypatch, f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    text = sample(monkeypatch, f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     assert text == "GPU 650 W, SM 1900 MHz (min 1900)"
 
 
-def test_power_sampler_without_nvidia_smi(
-    bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_power_sampler_without_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No nvidia-smi on PATH: no samples, an empty note."""
-    assert sample(bench, monkeypatch, str(tmp_path)) == ""
+    assert sample(monkeypatch, str(tmp_path)) == ""

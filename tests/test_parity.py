@@ -10,29 +10,15 @@ numbers as a table.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from script_modules import load_script
 
 from kokoro_gpu.backends import resolve_device
 from kokoro_gpu.errors import BackendError
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _load_parity_table() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("parity_table", ROOT / "scripts" / "parity_table.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-parity = _load_parity_table()
+parity = load_script("parity_table")
 FIXTURES = parity.fixture_paths()
 
 # ||ours - truth|| / ||truth|| allowed for the intermediates before the generator.
