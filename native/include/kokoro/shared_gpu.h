@@ -1,9 +1,11 @@
 // Whether this host thread's work shares the GPU with other lanes' (a batch
 // on several lanes; default no). Such work is planned for throughput rather
 // than for its own latency, with the same arithmetic (the same bits): its
-// kernels launch without programmatic dependencies (launch.cuh), and the
+// kernels launch without programmatic dependencies (launch.cuh), the
 // tensor-core convs run a reduction that their plan splits over blocks
-// inside each block instead (conv.cu). Host code only.
+// inside each block instead (conv.cu), and the AdaINs combine their
+// statistics partials a warp per channel, not a block (norm.cu). Host code
+// only.
 #pragma once
 
 namespace kokoro {
