@@ -402,20 +402,18 @@ __global__ void adain_finalize_kernel(AdainArgs a, const double* partials, int p
 }
 
 // Step 2: block (time tiles, channel tile) writes its transposed tiles
-// (half_rows.cuh) with its 64 channels' ChannelApply in shared memory; the
-// activation a template parameter (adain_half_rows_launch picks it).
+// (half_rows.cuh), each thread with its two channels' ChannelApply in
+// registers; the activation a template parameter (adain_half_rows_launch
+// picks it).
 template <Activation kAct, bool kApproxSine>
 __global__ void adain_half_rows_kernel(AdainArgs a, const ChannelApply* apply, __half* y,
                                        __half* y_lo) {
     await_producers();
-    __shared__ ChannelApply local[kHalfRowsTileC];
     const int c0 = blockIdx.y * kHalfRowsTileC;
-    if (threadIdx.x < kHalfRowsTileC && c0 + int(threadIdx.x) < a.C)
-        local[threadIdx.x] = apply[c0 + threadIdx.x];
-    __syncthreads();
     const float slope = a.slope;
-    write_half_rows(a.x, y, y_lo, a.C, a.T, [&](int r, float v) {
-        return local[r].template apply<kAct, kApproxSine>(v, slope);
+    write_half_rows(a.x, y, y_lo, a.C, a.T, [&](int r) {
+        const ChannelApply f = c0 + r < a.C ? apply[c0 + r] : ChannelApply{};
+        return [f, slope](float v) { return f.template apply<kAct, kApproxSine>(v, slope); };
     });
 }
 

@@ -5,15 +5,20 @@
 // convolution tap then shifts whole rows: every tap's operand stays 16-byte
 // aligned for ldmatrix whatever the dilation.
 //
-// One block (kHalfRowsThreads threads) transposes a 64-channel x 32-step tile
-// through shared memory, so that the reads (along t) and the writes (half2
-// along c) both coalesce; x[c T + t] gives the input (a pointer, or anything
-// indexable: ops::ScaledSum); fn(c_local, v) transforms each value on its way
-// (identity for a plain conversion, AdaIN + activation in norm.cu). The
-// loops are unrolled so that each warp has all its loads in flight at once
-// (the kernel is bound by memory latency otherwise). Split operands
-// (ops::HalfOperands::kSplit) also write lo = fp16(v - hi) to y_lo (null:
-// rounded only). Grid: half_rows_grid(C, T).
+// One block (kHalfRowsThreads threads) writes a 64-channel x 64-step tile.
+// The pass is issue-bound wherever it shares the SMs with the convs (a batch),
+// so the layout serves the instruction count: each thread keeps one channel
+// pair and 8 time steps (lanes along time, 32-byte runs per row: whole
+// sectors), so the transform's per-channel state is loaded once per thread
+// and each value costs its load, its transform, half a convert and half a
+// shared store; the tile goes through shared memory as half2 words (channel
+// pair cp of step t at word t * 32 + (cp ^ 4 (t % 8)): conflict-free both
+// ways), and leaves as 16-byte rows of 8 channels. x[c T + t] gives the
+// input (a pointer, or anything indexable: ops::ScaledSum); channel(r)
+// gives the transform of the tile's channel r, a callable float -> float
+// (identity for a plain conversion, AdaIN + activation in norm.cu). Split
+// operands (ops::HalfOperands::kSplit) also write lo = fp16(v - hi) to y_lo
+// (null: rounded only). Grid: half_rows_grid(C, T).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -23,7 +28,7 @@
 namespace kokoro {
 
 constexpr int kHalfRowsTileC = 64;
-constexpr int kHalfRowsTileT = 32;
+constexpr int kHalfRowsTileT = 64;
 constexpr int kHalfRowsThreads = 256;
 
 inline dim3 half_rows_grid(int C, int T) {
@@ -44,45 +49,58 @@ __device__ inline void split_half(float2 v, __half2& hi, __half2& lo) {
     lo = __float22half2_rn(make_float2(v.x - h.x, v.y - h.y));
 }
 
-template <typename Source, typename Fn>
-__device__ void write_half_rows(const Source& x, __half* y, __half* y_lo, int C, int T, Fn fn) {
-    constexpr int kWarps = kHalfRowsThreads / 32;
-    __shared__ float tile[kHalfRowsTileC][kHalfRowsTileT + 1];
+template <typename Source, typename Channel>
+__device__ void write_half_rows(const Source& x, __half* y, __half* y_lo, int C, int T,
+                                Channel channel) {
+    constexpr int kPairs = kHalfRowsTileC / 2;                  // half2 words per tile row
+    constexpr int kSteps = kHalfRowsTileT * kPairs / kHalfRowsThreads;  // per thread
+    constexpr int kLanesT = kHalfRowsTileT / kSteps;             // lanes along time per pair
+    static_assert(kPairs == 32 && kLanesT == 8, "the swizzle below: 8 lanes along time");
+    constexpr int kChunks = kHalfRowsTileT * kPairs / 4 / kHalfRowsThreads;  // 16-byte pieces
+    __shared__ __half2 tile[2][kHalfRowsTileT][kPairs];  // hi, lo
     const int ld = ops::half_rows_pitch(C);
     const int c0 = blockIdx.y * kHalfRowsTileC, t0 = blockIdx.x * kHalfRowsTileT;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int t = t0 + lane;
-    // The pass is issue-bound: offsets step by whole row strides from one
-    // 64-bit base each way, and a tile inside x (every tile but the edges)
-    // tests no bounds.
+    const int pair = warp * (32 / kLanesT) + lane / kLanesT, tl = lane % kLanesT;
+    const int c = c0 + 2 * pair;
+    // Row c's steps t0 + tl + kLanesT i at at + kLanesT i (row c + 1: + T).
+    const int64_t at = int64_t(c) * T + t0 + tl;
     const bool inside = c0 + kHalfRowsTileC <= C && t0 + kHalfRowsTileT <= T;
-    const int64_t x_step = int64_t(kWarps) * T;
-    int64_t x_at = int64_t(c0 + warp) * T + t;
-    float v[kHalfRowsTileC / kWarps];
+    float v[2][kSteps];
 #pragma unroll
-    for (int i = 0; i < kHalfRowsTileC / kWarps; ++i, x_at += x_step) {
-        const int c = c0 + warp + i * kWarps;
-        v[i] = inside || (c < C && t < T) ? x[x_at] : 0.f;
+    for (int i = 0; i < kSteps; ++i) {
+        const bool t_in = inside || t0 + tl + kLanesT * i < T;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            v[e][i] = t_in && (inside || c + e < C) ? x[at + e * int64_t(T) + kLanesT * i] : 0.f;
+        }
     }
+    const auto f0 = channel(2 * pair), f1 = channel(2 * pair + 1);
+    const int word = pair ^ (tl << 2);  // step tl + 8 i: (tl + 8 i) % 8 == tl
 #pragma unroll
-    for (int i = 0; i < kHalfRowsTileC / kWarps; ++i) {
-        const int r = warp + i * kWarps;
-        tile[r][lane] = inside || (c0 + r < C && t < T) ? fn(r, v[i]) : 0.f;
+    for (int i = 0; i < kSteps; ++i) {
+        const bool t_in = inside || t0 + tl + kLanesT * i < T;
+        const float2 u = make_float2(t_in && (inside || c < C) ? f0(v[0][i]) : 0.f,
+                                     t_in && (inside || c + 1 < C) ? f1(v[1][i]) : 0.f);
+        __half2 hi, lo;
+        split_half(u, hi, lo);
+        tile[0][tl + kLanesT * i][word] = hi;
+        if (y_lo != nullptr) tile[1][tl + kLanesT * i][word] = lo;
     }
     __syncthreads();
-    const int c = c0 + 2 * lane;
-    const int64_t y_step = int64_t(kWarps) * ld;
-    int64_t y_at = int64_t(t0 + warp) * ld + c;
+    // Piece q (channels c0 + 8 q ..) of step r: words 4 q .. 4 q + 3 of the
+    // row, stored at 4 (q ^ r % 8) .. (the swizzle moves whole pieces).
 #pragma unroll
-    for (int i = 0; i < kHalfRowsTileT / kWarps; ++i, y_at += y_step) {
-        const int tt = t0 + warp + i * kWarps;
-        if ((inside || tt < T) && c < ld) {
-            const float2 v =
-                make_float2(tile[2 * lane][warp + i * kWarps], tile[2 * lane + 1][warp + i * kWarps]);
-            __half2 hi, lo;
-            split_half(v, hi, lo);
-            *reinterpret_cast<__half2*>(y + y_at) = hi;
-            if (y_lo != nullptr) *reinterpret_cast<__half2*>(y_lo + y_at) = lo;
+    for (int j = 0; j < kChunks; ++j) {
+        const int id = int(threadIdx.x) + kHalfRowsThreads * j, r = id / 8, q = id % 8;
+        if ((inside || (t0 + r < T && c0 + 8 * q < ld))) {
+            const int64_t y_at = int64_t(t0 + r) * ld + c0 + 8 * q;
+            const int from = 4 * (q ^ (r % 8));
+            *reinterpret_cast<uint4*>(y + y_at) = *reinterpret_cast<const uint4*>(&tile[0][r][from]);
+            if (y_lo != nullptr) {
+                *reinterpret_cast<uint4*>(y_lo + y_at) =
+                    *reinterpret_cast<const uint4*>(&tile[1][r][from]);
+            }
         }
     }
 }
