@@ -55,7 +55,11 @@ __device__ void write_half_rows(const Source& x, __half* y, __half* y_lo, int C,
     constexpr int kPairs = kHalfRowsTileC / 2;                  // half2 words per tile row
     constexpr int kSteps = kHalfRowsTileT * kPairs / kHalfRowsThreads;  // per thread
     constexpr int kLanesT = kHalfRowsTileT / kSteps;             // lanes along time per pair
-    static_assert(kPairs == 32 && kLanesT == 8, "the swizzle below: 8 lanes along time");
+    // Step t's words are swizzled by (t % kLanesT) kSwizzle: a warp's stores
+    // (kLanesT steps of 32 / kLanesT pairs) hit 32 banks, and the 16-byte
+    // pieces (4 words) stay whole.
+    constexpr int kSwizzle = 32 / kLanesT;
+    static_assert(kPairs == 32 && kLanesT <= 8 && kSwizzle * kLanesT == 32, "the swizzle");
     constexpr int kChunks = kHalfRowsTileT * kPairs / 4 / kHalfRowsThreads;  // 16-byte pieces
     __shared__ __half2 tile[2][kHalfRowsTileT][kPairs];  // hi, lo
     const int ld = ops::half_rows_pitch(C);
@@ -76,7 +80,7 @@ __device__ void write_half_rows(const Source& x, __half* y, __half* y_lo, int C,
         }
     }
     const auto f0 = channel(2 * pair), f1 = channel(2 * pair + 1);
-    const int word = pair ^ (tl << 2);  // step tl + 8 i: (tl + 8 i) % 8 == tl
+    const int word = pair ^ (tl * kSwizzle);  // step tl + kLanesT i
 #pragma unroll
     for (int i = 0; i < kSteps; ++i) {
         const bool t_in = inside || t0 + tl + kLanesT * i < T;
@@ -89,13 +93,13 @@ __device__ void write_half_rows(const Source& x, __half* y, __half* y_lo, int C,
     }
     __syncthreads();
     // Piece q (channels c0 + 8 q ..) of step r: words 4 q .. 4 q + 3 of the
-    // row, stored at 4 (q ^ r % 8) .. (the swizzle moves whole pieces).
+    // row, moved whole by the swizzle.
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
         const int id = int(threadIdx.x) + kHalfRowsThreads * j, r = id / 8, q = id % 8;
         if ((inside || (t0 + r < T && c0 + 8 * q < ld))) {
             const int64_t y_at = int64_t(t0 + r) * ld + c0 + 8 * q;
-            const int from = 4 * (q ^ (r % 8));
+            const int from = 4 * q ^ (r % kLanesT) * kSwizzle;
             *reinterpret_cast<uint4*>(y + y_at) = *reinterpret_cast<const uint4*>(&tile[0][r][from]);
             if (y_lo != nullptr) {
                 *reinterpret_cast<uint4*>(y_lo + y_at) =
