@@ -159,20 +159,32 @@ HalfWeight linear_weight_split(const FloatArray& w) {
     return {upload_halves(host), scale};
 }
 
-// Half rows [T, ld] ([2, T, ld]: hi, lo when split) downloaded as float32
-// (every FP16 value is exact in it).
-py::array_t<float> download_half_rows(const DeviceArray<__half>& rows, int T, int ld,
-                                      ops::HalfOperands form) {
+// FP16 device values downloaded as float32 (every FP16 value is exact in
+// it), shaped `shape`.
+py::array_t<float> download_halves(const DeviceArray<__half>& d, std::vector<py::ssize_t> shape) {
     KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream()));
-    const int parts = ops::half_parts(form);
-    std::vector<__half> host(size_t(parts) * T * ld);
-    KOKORO_CUDA_CHECK(cudaMemcpy(host.data(), rows.get(), host.size() * sizeof(__half),
+    py::array_t<float> out(shape);
+    std::vector<__half> host(size_t(out.size()));
+    KOKORO_CUDA_CHECK(cudaMemcpy(host.data(), d.get(), host.size() * sizeof(__half),
                                  cudaMemcpyDeviceToHost));
-    py::array_t<float> out = parts == 1 ? py::array_t<float>({T, ld})
-                                        : py::array_t<float>({parts, T, ld});
     float* o = out.mutable_data();
     for (size_t i = 0; i < host.size(); ++i) o[i] = __half2float(host[i]);
     return out;
+}
+
+// x rounded to FP16 on the device (the FP16 tensors' inputs).
+DeviceArray<__half> upload_as_halves(const FloatArray& x) {
+    std::vector<__half> host(size_t(x.size()));
+    for (size_t i = 0; i < host.size(); ++i) host[i] = __float2half_rn(x.data()[i]);
+    return upload_halves(host);
+}
+
+// Half rows [T, ld] ([2, T, ld]: hi, lo when split) downloaded as float32.
+py::array_t<float> download_half_rows(const DeviceArray<__half>& rows, int T, int ld,
+                                      ops::HalfOperands form) {
+    const int parts = ops::half_parts(form);
+    if (parts == 1) return download_halves(rows, {T, ld});
+    return download_halves(rows, {parts, T, ld});
 }
 
 ops::HalfOperands half_form(bool split) {
@@ -421,10 +433,12 @@ py::array_t<float> layer_norm(const FloatArray& x, bool channels_first, const Op
 }
 
 // AdaIN (+ activation) in fp32, or as half rows from its own or the given
-// statistics partials; shared_gpu: called as a lane of a batch calls it.
+// statistics partials (x_half: x uploaded as FP16, which needs them);
+// shared_gpu: called as a lane of a batch calls it.
 py::array_t<float> adain(const FloatArray& x, const FloatArray& style, const std::string& act,
                          float slope, const OptionalFloat& alpha, bool in_place, bool half_rows,
-                         bool split, const std::optional<DoubleArray>& partials, bool shared_gpu) {
+                         bool split, const std::optional<DoubleArray>& partials, bool shared_gpu,
+                         bool x_half) {
     const SharedGpu shared(shared_gpu);
     require_ndim(x, 2, "x");
     const int C = dim(x, 0), T = dim(x, 1);
@@ -454,11 +468,15 @@ py::array_t<float> adain(const FloatArray& x, const FloatArray& style, const std
             dp.emplace(DeviceArray<double>::from(*partials));
             given = {dp->get(), dim(*partials, 1)};
         }
-        ops::adain_half_rows(dx.get(), rows.get(), C, T, ds.get(), activation, slope, da.get(),
-                             form, scratch.get(), stream(), given);
+        std::optional<DeviceArray<__half>> dx16;
+        if (x_half) dx16.emplace(upload_as_halves(x));
+        ops::adain_half_rows(x_half ? ops::ConstFloatOrHalf(dx16->get()) : dx.get(), rows.get(), C,
+                             T, ds.get(), activation, slope, da.get(), form, scratch.get(),
+                             stream(), given);
         return download_half_rows(rows, T, ld, form);
     }
-    require(!split && !partials, "adain: split and partials apply to half_rows only");
+    require(!split && !partials && !x_half,
+            "adain: split, partials and x_half apply to half_rows only");
     DFloat y = DFloat::poisoned(in_place ? 0 : int64_t(x.size()));
     float* out = in_place ? dx.get() : y.get();
     ops::adain(dx.get(), out, C, T, ds.get(), activation, slope, da.get(), scratch.get(), stream());
@@ -548,8 +566,8 @@ struct HalfConv {
           rows(half_rows_input(x, m.form)),
           w(conv_weight_half(w_, m.form)),
           scratch(ops::conv1d_half_rows_scratch_floats(Cin, Cout, Tin, K, pad, dilation, m.form)) {}
-    void operator()(const float* b, float* y, const float* residual, double* stats = nullptr,
-                    float out_scale = 1.f) const {
+    void operator()(const float* b, ops::FloatOrHalf y, const float* residual,
+                    double* stats = nullptr, float out_scale = 1.f) const {
         ops::conv1d_half_rows(rows.get(), w.w.get(), w.scale, b, y, Cin, Cout, Tin, K, pad,
                               dilation, residual, math.form, scratch.get(), stream(), math.kernel,
                               stats, 1, out_scale);
@@ -587,10 +605,11 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
 // parts, 3] float64): the tensor-core conv ("fp16" / "fp16x3" maths), y =
 // (conv + b + residual) * out_scale, or a pointwise conv of few input
 // channels ("fp32" / "tf32": the fp32 pass that writes them, out_scale 1).
-// shared_gpu: called as a lane of a batch calls it (SharedGpu).
+// shared_gpu: called as a lane of a batch calls it (SharedGpu); half_out: y
+// stored as FP16 (tensor-core convs).
 py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalFloat& b, int pad,
                        int dilation, const OptionalFloat& residual, const std::string& math,
-                       float out_scale, bool shared_gpu) {
+                       float out_scale, bool shared_gpu, bool half_out) {
     const SharedGpu shared(shared_gpu);
     require_ndim(x, 2, "x");
     require_ndim(w, 3, "w");
@@ -605,6 +624,7 @@ py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalF
     DFloat y = DFloat::poisoned(int64_t(Cout) * Tout);
     const std::optional<HalfMath> hm = half_math(math);
     if (!hm) {
+        require(!half_out, "conv1d_stats: half_out needs a tensor-core math (fp16, fp16x3)");
         const int parts = ops::conv1d_stats_parts(Cin, Cout, Tin, K, 1, pad, 1);
         require(parts > 0 && out_scale == 1.f,
                 "conv1d_stats: an fp32 conv writes them only when pointwise with few input "
@@ -620,8 +640,15 @@ py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalF
     const int parts =
         ops::conv1d_half_rows_stats_parts(Cin, Cout, Tin, K, pad, dilation, hm->form);
     auto stats = DeviceArray<double>::poisoned(int64_t(Cout) * parts * ops::kPartialDoubles);
-    HalfConv(x, w, pad, dilation, *hm)(db.get(), y.get(), dres.get(),
-                                       parts > 0 ? stats.get() : nullptr, out_scale);
+    double* const stats_out = parts > 0 ? stats.get() : nullptr;
+    const HalfConv conv(x, w, pad, dilation, *hm);
+    if (half_out) {
+        auto y16 = DeviceArray<__half>::poisoned(int64_t(Cout) * Tout);
+        conv(db.get(), y16.get(), dres.get(), stats_out, out_scale);
+        return py::make_tuple(download_halves(y16, {Cout, Tout}),
+                              stats.download({Cout, parts, ops::kPartialDoubles}));
+    }
+    conv(db.get(), y.get(), dres.get(), stats_out, out_scale);
     return py::make_tuple(y.download({Cout, Tout}),
                           stats.download({Cout, parts, ops::kPartialDoubles}));
 }
@@ -861,7 +888,7 @@ void register_ops(py::module_& m) {
           "eps"_a = 1e-5f, "in_place"_a = false, "x_bias"_a = py::none(), "y_pitch"_a = 0);
     o.def("adain", &adain, "x"_a, "style"_a, "act"_a = "none", "slope"_a = 0.2f,
           "alpha"_a = py::none(), "in_place"_a = false, "half_rows"_a = false, "split"_a = false,
-          "partials"_a = py::none(), "shared_gpu"_a = false);
+          "partials"_a = py::none(), "shared_gpu"_a = false, "x_half"_a = false);
     o.def("to_half_rows", &to_half_rows, "x"_a, "split"_a = false,
           "plus"_a = std::vector<FloatArray>(), "scale"_a = 1.f, "leaky_slope"_a = 1.f);
     o.def("conv1d", &conv1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1, "pad"_a = 0,
@@ -869,7 +896,7 @@ void register_ops(py::module_& m) {
           "residual_in_place"_a = false, "math"_a = "fp32");
     o.def("conv1d_stats", &conv1d_stats, "x"_a, "w"_a, "b"_a = py::none(), "pad"_a = 0,
           "dilation"_a = 1, "residual"_a = py::none(), "math"_a = "fp16", "out_scale"_a = 1.f,
-          "shared_gpu"_a = false);
+          "shared_gpu"_a = false, "half_out"_a = false);
     o.def("conv1d_time_ms", &conv1d_time_ms, "x"_a, "w"_a, "b"_a, "pad"_a, "dilation"_a,
           "math"_a = "fp16", "repeats"_a = 20);
     o.def("conv_transpose1d", &conv_transpose1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1,

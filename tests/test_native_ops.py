@@ -707,6 +707,51 @@ def test_conv1d_shared_gpu_same_bits(rng: np.random.Generator, case: tuple[int, 
     check_partials(y, parts)
 
 
+@pytest.mark.parametrize("shared_gpu", [False, True])
+@pytest.mark.parametrize("math_name", ["fp16", "fp16_mma_sync"])
+@pytest.mark.parametrize(
+    "case",
+    # wide tiles; narrow (64-step) tiles; a reduction split over blocks (in one block per tile
+    # on a shared GPU)
+    [(128, 128, 34001, 7, 9, 3), (256, 256, 9460, 3, 1, 1), (1090, 100, 33, 3, 1, 1)],
+    ids=lambda c: "x".join(map(str, c)),
+)
+def test_conv1d_half_out(
+    rng: np.random.Generator, case: tuple[int, ...], math_name: str, shared_gpu: bool
+) -> None:
+    """y stored as FP16 (the fast generator's residual-block hidden): each value is the FP16
+    rounding of the fp32 output, bit for bit, from the epilogue and from the split reduction's
+    kernels (the 1090-channel case); the statistics partials are the rounded values'; and the
+    AdaIN reading the FP16 tensor writes what it writes from the same values in fp32."""
+    c_in, c_out, t_in, k, pad, dilation = case
+    x = f32(rng.standard_normal((c_in, t_in)) + 0.3)
+    w = f32(rng.standard_normal((c_out, c_in, k)) / math.sqrt(c_in * k))
+    b = f32(rng.standard_normal(c_out))
+    y32, _ = gpu.conv1d_stats(x, w, b, pad, dilation, None, math_name, shared_gpu=shared_gpu)
+    y16, parts = gpu.conv1d_stats(
+        x, w, b, pad, dilation, None, math_name, shared_gpu=shared_gpu, half_out=True
+    )
+    assert np.array_equal(y16, round_half(y32))
+    check_partials(y16, parts)
+    style = f32(rng.standard_normal(2 * c_out) * 0.5)
+    alpha = f32(rng.uniform(0.2, 2.0, c_out))
+    from_f32 = gpu.adain(y16, style, "snake", 0.2, alpha, half_rows=True, partials=parts)
+    from_f16 = gpu.adain(y16, style, "snake", 0.2, alpha, half_rows=True, partials=parts, x_half=True)
+    assert np.array_equal(from_f16, from_f32)
+
+
+def test_half_out_misuse(rng: np.random.Generator) -> None:
+    """An FP16 tensor needs its producer's statistics (no statistics pass reads FP16), and an FP16
+    conv output a tensor-core conv1d of more than 32 output channels (the wide Cout tiles)."""
+    x = f32(rng.standard_normal((64, 300)))
+    style = f32(rng.standard_normal(128) * 0.5)
+    with pytest.raises(BackendError, match="statistics partials"):
+        gpu.adain(x, style, "leaky_relu", 0.2, half_rows=True, x_half=True)
+    w = f32(rng.standard_normal((24, 64, 3)) / 8)
+    with pytest.raises(BackendError, match="more than 32 output channels"):
+        gpu.conv1d_stats(x, w, None, 1, 1, None, "fp16", half_out=True)
+
+
 @pytest.mark.parametrize(
     "case",
     FAST_CONV1D_CASES[:3] + FAST_CONV1D_CASES[-4:-2] + [(130, 65, 77, 1, 0, 1)],

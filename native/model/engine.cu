@@ -589,7 +589,8 @@ ops::ChannelPartials Context::conv1d(const std::string& prefix, ops::ScaledSum x
     return y_stats;
 }
 
-ops::ChannelPartials Context::adain_conv1d(const float* x, float* y, int c_in, int c_out, int T,
+ops::ChannelPartials Context::adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOrHalf y, int c_in,
+                                           int c_out, int T,
                                            const std::string& fc_prefix, ops::Activation act,
                                            float slope, const float* alpha,
                                            const std::string& conv_prefix, int kernel,
@@ -598,14 +599,18 @@ ops::ChannelPartials Context::adain_conv1d(const float* x, float* y, int c_in, i
                                            const char* y_stats_slot, float out_scale) const {
     const int pad = dilation * (kernel - 1) / 2;
     const std::string weight = conv_prefix + ".weight";
+    if (y.f16 != nullptr && (y_stats_slot == nullptr || residual != nullptr)) {
+        throw std::logic_error("adain_conv1d " + conv_prefix +
+                               ": an FP16 output needs a statistics slot and no residual");
+    }
     if (!weights.has_half(weight)) {
-        if (out_scale != 1.f) {
+        if (out_scale != 1.f || x.f16 != nullptr || y.f16 != nullptr) {
             throw std::logic_error("adain_conv1d " + conv_prefix +
-                                   ": an output scale needs its tensor-core weight");
+                                   ": an output scale or FP16 tensors need its tensor-core weight");
         }
         float* activated = floats("ops.activated", int64_t(c_in) * T);
-        adain(x, activated, c_in, T, fc_prefix, act, slope, alpha);
-        conv1d(conv_prefix, activated, y, c_in, c_out, T, kernel, 1, pad, dilation, 1, true,
+        adain(x.f32, activated, c_in, T, fc_prefix, act, slope, alpha);
+        conv1d(conv_prefix, activated, y.f32, c_in, c_out, T, kernel, 1, pad, dilation, 1, true,
                residual);
         return {};
     }
@@ -614,15 +619,15 @@ ops::ChannelPartials Context::adain_conv1d(const float* x, float* y, int c_in, i
     __half* rows = half_rows(c_in, T, w.form);
     ops::adain_half_rows(x, rows, c_in, T, style(fc_prefix, c_in), act, slope, alpha, w.form,
                          adain_partials(c_in, T), stream, x_stats);
-    return conv1d_half_rows(w, rows, y, c_in, c_out, T, kernel, pad, dilation,
-                            weights.get(conv_prefix + ".bias", c_out), residual, y_stats_slot,
-                            out_scale);
+    const float* b = y.f16 != nullptr ? nullptr : weights.get(conv_prefix + ".bias", c_out);
+    return conv1d_half_rows(w, rows, y, c_in, c_out, T, kernel, pad, dilation, b, residual,
+                            y_stats_slot, out_scale);
 }
 
 ops::ChannelPartials Context::conv1d_half_rows(const DeviceWeights::HalfConv& w,
-                                               const __half* rows, float* y, int c_in, int c_out,
-                                               int t_in, int kernel, int pad, int dilation,
-                                               const float* b, const float* residual,
+                                               const __half* rows, ops::FloatOrHalf y, int c_in,
+                                               int c_out, int t_in, int kernel, int pad,
+                                               int dilation, const float* b, const float* residual,
                                                const char* y_stats_slot, float out_scale) const {
     const int64_t scratch_floats = ops::conv1d_half_rows_scratch_floats(
         c_in, c_out, t_in, kernel, pad, dilation, w.form, conv_streams);

@@ -55,7 +55,11 @@ constexpr int64_t kConcurrentResblockValues = int64_t(256) * 9800;
 // so that concurrent blocks can be enqueued in step order. Each conv hands
 // its output's statistics to the AdaIN after it (two slots: the hidden's
 // partials are read before the next hidden's are written, and likewise the
-// block output's); x_stats: x's, where its producer wrote them.
+// block output's); x_stats: x's, where its producer wrote them. In
+// precision "fast" the hidden (the first conv's output, which only the
+// AdaIN after it reads) is FP16: half its traffic and memory, its rounding
+// relative to the values, which leave out the conv's bias (that AdaIN
+// removes it with the channel's mean; Context::adain_conv1d).
 class Resblock1 {
 public:
     Resblock1(const Context& ctx, std::string prefix, const float* x, float* out, int C, int T,
@@ -67,7 +71,8 @@ public:
           T_(T),
           kernel_(kernel),
           dilations_(dilations),
-          hidden_(ctx.floats("resblock.hidden", int64_t(C) * T)),
+          hidden_(ctx.fast ? ops::FloatOrHalf(ctx.halves("resblock.hidden", int64_t(C) * T))
+                           : ops::FloatOrHalf(ctx.floats("resblock.hidden", int64_t(C) * T))),
           in_(x),
           in_stats_(x_stats) {}
     int steps() const { return 2 * static_cast<int>(dilations_.size()); }
@@ -97,7 +102,7 @@ private:
     float* out_;
     int C_, T_, kernel_;
     const std::vector<int>& dilations_;
-    float* hidden_;
+    ops::FloatOrHalf hidden_;
     const float* in_;
     ops::ChannelPartials in_stats_, hidden_stats_{};
 };

@@ -391,8 +391,10 @@ constexpr int kNarrowCoutTile = 32;
 // shift, kept where 0 <= t < y_len, at y[c, y_left + t] (rows of y_left +
 // y_len); y_left 1 also stores t = 1 at y[c, 0] (the reflection pad (1,
 // 0)). A conv1d has phases 1, shift 0, y_len Tout, y_left 0; a polyphase
-// transposed conv one phase per stride step. (No 64-bit fields: a larger
-// parameter block cost the wgmma kernels ~50 bytes of spills.)
+// transposed conv one phase per stride step. A conv1d's kernels with
+// kHalfOut store y as FP16 (y_half): the rounded values are y, and its
+// statistics are theirs. (No 64-bit fields: a larger parameter block cost
+// the wgmma kernels ~50 bytes of spills.)
 struct ConvArgs {
     const __half* x;
     const __half* x_lo;
@@ -400,7 +402,10 @@ struct ConvArgs {
     const __half* w_lo;
     const float* b;
     const float* residual;
-    float* y;
+    union {
+        float* y;
+        __half* y_half;  // the kHalfOut kernels' y: FP16, channels-first
+    };
     float* partial;  // null: one split
     double* stats;   // null: none
     float w_scale;
@@ -558,19 +563,39 @@ __device__ void reduction_pipeline(const ConvArgs& a, Issue issue, Compute compu
     }
 }
 
+// v into y32[at], or (kHalfOut, y_half not null) rounded into y_half[at];
+// returns v as stored.
+template <bool kHalfOut>
+__device__ float store_value(float* y32, __half* y_half, int64_t at, float v) {
+    if constexpr (kHalfOut) {
+        if (y_half != nullptr) {
+            const __half h = __float2half_rn(v);
+            y_half[at] = h;
+            return __half2float(h);
+        }
+    }
+    y32[at] = v;
+    return v;
+}
+
 // Where a conv1d block's rows c0 + r (r: row within the block) go: y,
 // scaled, with bias and residual, or with several splits the split's
 // partial sum alone (split_sum_kernel finishes). Row r's column t is at
 // base0 + r Tout + t (one 64-bit base per block: the epilogue holds 64
-// residual values per thread beside this state).
+// residual values per thread beside this state). kHalfOut: y itself
+// (not a split's partial sum) goes out as FP16.
+template <bool kHalfOut>
 struct Output {
     float* y;
+    __half* y_half;  // kHalfOut, one split: y's FP16 (y null)
     const float* residual;
     int64_t base0;
     int live_rows, Tout;
     float scale, out_scale;
     __device__ Output(const ConvArgs& a, int c0)
-        : y(a.partial != nullptr ? a.partial + int64_t(blockIdx.z) * a.Cout * a.Tout : a.y),
+        : y(a.partial != nullptr ? a.partial + int64_t(blockIdx.z) * a.Cout * a.Tout
+                                 : (kHalfOut ? nullptr : a.y)),
+          y_half(kHalfOut && a.partial == nullptr ? a.y_half : nullptr),
           residual(a.partial != nullptr ? nullptr : a.residual),
           base0(int64_t(c0) * a.Tout),
           live_rows(a.Cout - c0),
@@ -581,6 +606,8 @@ struct Output {
     __device__ float value(float sum, float bias, float res) const {
         return (fmaf(sum, scale, bias) + res) * out_scale;
     }
+    // v stored at `at`; returns it as stored.
+    __device__ float store(int64_t at, float v) const { return store_value<kHalfOut>(y, y_half, at, v); }
 };
 
 // Statistics partials per channel: one per time tile (gridDim.x: the conv
@@ -639,11 +666,11 @@ __device__ float* staged_tile(void* smem) {
 // above an earlier store). Lane l holds the bias of the warp's row l. The
 // values as stored replace the residuals in those registers, and the
 // statistics then take all the warp's rows at once (warp_partials).
-template <int kTile, int kThreads, int kN = kCoutTile>
+template <int kTile, int kThreads, int kN = kCoutTile, bool kHalfOut = false>
 __device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0, int c0) {
     constexpr int kWarps = kThreads / 32, kRows = kN / kWarps, kPerLane = kTile / 32;
     static_assert(kRows <= 32, "a lane holds one row's bias");
-    const Output out(a, c0);
+    const Output<kHalfOut> out(a, c0);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int lane_channel = c0 + warp + kWarps * lane;
     const float lane_bias =
@@ -678,7 +705,7 @@ __device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0, 
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
             v[r][i] = out.value(tile[row * kStagedPitch<kTile> + lane + 32 * i], bias, v[r][i]);
-            if (32 * i < cols) out.y[at + 32 * i] = v[r][i];
+            if (32 * i < cols) v[r][i] = out.store(at + 32 * i, v[r][i]);
         }
     }
     if (a.stats == nullptr) return;
@@ -793,8 +820,9 @@ size_t mma_sync_smem_bytes(int halo) {
                         (size_t(kStages) * kCoutTile + size_t(2) * (kTile + halo)));
 }
 
-template <int kTile, bool kPhases>
+template <int kTile, bool kPhases, bool kHalfOut = false>
 __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const ConvArgs a) {
+    static_assert(!(kPhases && kHalfOut), "FP16 output: a conv1d's only");
     await_producers();
     constexpr int kWarpN = kTile / kWarpsN;
     constexpr int kNTiles = kWarpN / 8;
@@ -864,7 +892,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
     if constexpr (kPhases) {
         store_phases_tile<kTile, kMmaThreads>(a, tile, t0, block_rows);
     } else {
-        store_staged_tile<kTile, kMmaThreads>(a, tile, t0, block_rows.c0);
+        store_staged_tile<kTile, kMmaThreads, kCoutTile, kHalfOut>(a, tile, t0, block_rows.c0);
     }
 }
 
@@ -912,10 +940,11 @@ __device__ void wgmma_m64k16(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_
 // accumulators from zero, then added to `total` in split order, as the
 // split sum kernel adds them (one block per SM: `total` takes 64 more
 // registers than two blocks could have).
-template <int kGroups, bool kPhases, int kN, bool kInBlock = false>
+template <int kGroups, bool kPhases, int kN, bool kInBlock = false, bool kHalfOut = false>
 __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
                                   kGroups == 1 ? 3 : (kInBlock ? 1 : 2))
     conv1d_wgmma_kernel(const ConvArgs a) {
+    static_assert(!(kPhases && kHalfOut), "FP16 output: a conv1d's only");
     await_producers();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int kTile = 64 * kGroups;
@@ -994,7 +1023,7 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
         static_assert(kN == kCoutTile, "a transposed conv's phases take the wide tile");
         store_phases_tile<kTile, kThreads>(a, tile, t0, block_rows);
     } else {
-        store_staged_tile<kTile, kThreads, kN>(a, tile, t0, block_rows.c0);
+        store_staged_tile<kTile, kThreads, kN, kHalfOut>(a, tile, t0, block_rows.c0);
     }
 #else
     static_cast<void>(a);
@@ -1023,8 +1052,9 @@ __device__ void store_block_stats(const ConvArgs& a, int c, bool inside, float v
 // (fixed summation order: repeatable bits), then stored as the conv kernel
 // stores; a conv1d's (no phases) with statistics also writes each block's
 // partial over its kThreads columns (store_block_stats). grid.y = p Cout + c.
-template <bool kPhases>
+template <bool kPhases, bool kHalfOut = false>
 __global__ void split_sum_kernel(const ConvArgs a, int splits) {
+    static_assert(!(kPhases && kHalfOut), "FP16 output: a conv1d's only");
     await_producers();
     const int q = blockIdx.x * blockDim.x + threadIdx.x;
     const int row = int(blockIdx.y), p = kPhases ? row / a.Cout : 0, c = row - p * a.Cout;
@@ -1038,7 +1068,7 @@ __global__ void split_sum_kernel(const ConvArgs a, int splits) {
         const float u = fmaf(sum, a.w_scale, a.b != nullptr ? a.b[c] : 0.f);
         const int64_t at = int64_t(c) * (a.y_len + a.y_left) + a.y_left + t;
         v = (u + (a.residual != nullptr ? a.residual[at] : 0.f)) * a.out_scale;
-        a.y[at] = v;
+        v = store_value<kHalfOut>(a.y, kHalfOut ? a.y_half : nullptr, at, v);
         if (kPhases && t == 1 && a.y_left != 0) store_pad(a, c, u);
     }
     if (kPhases || a.stats == nullptr) return;  // uniform over the block
@@ -1048,11 +1078,15 @@ __global__ void split_sum_kernel(const ConvArgs a, int splits) {
 // A conv1d's statistics partials read back from y, as split_sum_kernel
 // writes them: after its split reduction ran inside the conv's blocks
 // (kInBlock). grid.y = c.
+template <bool kHalfOut>
 __global__ void split_stats_kernel(const ConvArgs a) {
     await_producers();
     const int q = int(blockIdx.x * blockDim.x + threadIdx.x), c = int(blockIdx.y);
     const bool inside = q < a.Tout;
-    store_block_stats(a, c, inside, inside ? a.y[int64_t(c) * a.Tout + q] : 0.f);
+    const int64_t at = int64_t(c) * a.Tout + q;
+    float v = 0.f;
+    if (inside) v = kHalfOut ? __half2float(a.y_half[at]) : a.y[at];
+    store_block_stats(a, c, inside, v);
 }
 
 // The kernels with the output map's phases and pad compiled in.
@@ -1125,8 +1159,9 @@ void launch(Kernel kernel, const char* name, size_t smem, int threads, const Gpu
     launch_dependent(kernel, grid, dim3(threads), smem, stream, name, a);
 }
 
-// The kernel for the GPU, the tile and the output map (phases or not).
-template <bool kPhases>
+// The kernel for the GPU, the tile, the output map (phases or not) and y's
+// storage (kHalfOut: FP16; a conv1d of wide Cout tiles only).
+template <bool kPhases, bool kHalfOut>
 void launch_mapped(const Gpu& gpu, const Plan& p, HalfKernel which, const ConvArgs& a,
                    cudaStream_t stream) {
     const int halo = a.dilation * (a.K - 1);
@@ -1136,41 +1171,44 @@ void launch_mapped(const Gpu& gpu, const Plan& p, HalfKernel which, const ConvAr
             constexpr int kN = decltype(n)::value;
             if constexpr (!kPhases && kN == kCoutTile) {
                 if (p.in_block) {
-                    return launch(conv1d_wgmma_kernel<2, false, kN, true>, "conv1d_wgmma_kernel",
+                    return launch(conv1d_wgmma_kernel<2, false, kN, true, kHalfOut>,
+                                  "conv1d_wgmma_kernel",
                                   wgmma_smem_bytes<2, kN>(halo), 2 * kWgmmaThreadsPerGroup, gpu,
                                   p, a, stream);
                 }
             }
             if (p.tile == 128) {
-                launch(conv1d_wgmma_kernel<2, kPhases, kN>, "conv1d_wgmma_kernel",
+                launch(conv1d_wgmma_kernel<2, kPhases, kN, false, kHalfOut>, "conv1d_wgmma_kernel",
                        wgmma_smem_bytes<2, kN>(halo), 2 * kWgmmaThreadsPerGroup, gpu, p, a,
                        stream);
             } else {
-                launch(conv1d_wgmma_kernel<1, kPhases, kN>, "conv1d_wgmma_kernel",
+                launch(conv1d_wgmma_kernel<1, kPhases, kN, false, kHalfOut>, "conv1d_wgmma_kernel",
                        wgmma_smem_bytes<1, kN>(halo), kWgmmaThreadsPerGroup, gpu, p, a, stream);
             }
         };
         using Narrow = std::integral_constant<int, kNarrowCoutTile>;
         using Wide = std::integral_constant<int, kCoutTile>;
-        if constexpr (!kPhases) {
+        if constexpr (!kPhases && !kHalfOut) {
             if (a.Cout <= kNarrowCoutTile) return wgmma(Narrow{});
         }
         wgmma(Wide{});
     } else if (p.tile == 128) {
-        launch(conv1d_mma_sync_kernel<128, kPhases>, "conv1d_mma_sync_kernel",
+        launch(conv1d_mma_sync_kernel<128, kPhases, kHalfOut>, "conv1d_mma_sync_kernel",
                mma_sync_smem_bytes<128>(halo), kMmaThreads, gpu, p, a, stream);
     } else {
-        launch(conv1d_mma_sync_kernel<64, kPhases>, "conv1d_mma_sync_kernel",
+        launch(conv1d_mma_sync_kernel<64, kPhases, kHalfOut>, "conv1d_mma_sync_kernel",
                mma_sync_smem_bytes<64>(halo), kMmaThreads, gpu, p, a, stream);
     }
 }
 
-void launch(const Gpu& gpu, const Plan& p, HalfKernel which, const ConvArgs& a,
+void launch(const Gpu& gpu, const Plan& p, HalfKernel which, const ConvArgs& a, bool half_out,
             cudaStream_t stream) {
     if (has_phases(a)) {
-        launch_mapped<true>(gpu, p, which, a, stream);
+        launch_mapped<true, false>(gpu, p, which, a, stream);
+    } else if (half_out) {
+        launch_mapped<false, true>(gpu, p, which, a, stream);
     } else {
-        launch_mapped<false>(gpu, p, which, a, stream);
+        launch_mapped<false, false>(gpu, p, which, a, stream);
     }
 }
 
@@ -1384,10 +1422,15 @@ HalfCall transposed_call(int Cin, int Cout, int Tin, int K, int stride, int pad,
     return c;
 }
 
-void run(HalfCall c, const __half* x, const __half* w, float w_scale, const float* b, float* y,
-         const float* residual, float* scratch, cudaStream_t stream, HalfKernel kernel,
-         double* stats) {
+void run(HalfCall c, const __half* x, const __half* w, float w_scale, const float* b,
+         FloatOrHalf y, const float* residual, float* scratch, cudaStream_t stream,
+         HalfKernel kernel, double* stats) {
     if (c.empty()) return;
+    const bool half_out = y.f16 != nullptr;
+    if (half_out && (igemm::has_phases(c.args) || c.args.Cout <= igemm::kNarrowCoutTile)) {
+        throw CudaError("tensor-core conv: an FP16 output needs a conv1d of more than " +
+                        std::to_string(igemm::kNarrowCoutTile) + " output channels");
+    }
     if (stats != nullptr && c.stats_parts() == 0) {
         throw CudaError("tensor-core conv: statistics asked of a call that gives none (check "
                         "its stats_parts function first)");
@@ -1401,7 +1444,11 @@ void run(HalfCall c, const __half* x, const __half* w, float w_scale, const floa
     a.w_lo = c.split ? w + int64_t(a.phases) * a.Cout * a.K * a.ld : nullptr;
     a.b = b;
     a.residual = residual;
-    a.y = y;
+    if (half_out) {
+        a.y_half = y.f16;
+    } else {
+        a.y = y.f32;
+    }
     // A split reduction on a GPU shared with other lanes (launch.cuh) runs
     // inside one block per tile (wgmma, a conv1d of wide Cout tiles): the
     // same sums in the same order, fewer blocks, no partial sums' traffic.
@@ -1412,16 +1459,19 @@ void run(HalfCall c, const __half* x, const __half* w, float w_scale, const floa
     a.partial = plan.splits > 1 && !plan.in_block ? scratch : nullptr;
     a.stats = plan.splits > 1 ? nullptr : stats;  // split: the sum or stats kernel writes them
     a.w_scale = w_scale;
-    igemm::launch(c.gpu, plan, kernel, a, stream);
+    igemm::launch(c.gpu, plan, kernel, a, half_out, stream);
     if (plan.splits == 1) return;
     a.stats = stats;
     if (!plan.in_block) {
         launch_dependent(igemm::has_phases(a) ? igemm::split_sum_kernel<true>
+                         : half_out           ? igemm::split_sum_kernel<false, true>
                                               : igemm::split_sum_kernel<false>,
                          per_channel_grid(a.phases * a.Cout, a.Tout), dim3(kThreads), 0, stream,
                          "split_sum_kernel", a, plan.splits);
     } else if (stats != nullptr) {
-        launch_dependent(igemm::split_stats_kernel, per_channel_grid(a.Cout, a.Tout),
+        launch_dependent(half_out ? igemm::split_stats_kernel<true>
+                                  : igemm::split_stats_kernel<false>,
+                         per_channel_grid(a.Cout, a.Tout),
                          dim3(kThreads), 0, stream, "split_stats_kernel", a);
     }
 }
@@ -1437,7 +1487,7 @@ int conv1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int pad, int
     return conv1d_call(Cin, Cout, Tin, K, pad, dilation, form, streams).stats_parts();
 }
 
-void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b, float* y,
+void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b, FloatOrHalf y,
                       int Cin, int Cout, int Tin, int K, int pad, int dilation,
                       const float* residual, HalfOperands form, float* scratch,
                       cudaStream_t stream, HalfKernel kernel, double* stats, int streams,

@@ -402,27 +402,35 @@ __global__ void adain_finalize_kernel(AdainArgs a, const double* partials, int p
 }
 
 // Step 2: block (time tiles, channel tile) writes its transposed tiles
-// (half_rows.cuh), each thread with its two channels' ChannelApply in
-// registers; the activation a template parameter (adain_half_rows_launch
-// picks it).
-template <Activation kAct, bool kApproxSine>
-__global__ void adain_half_rows_kernel(AdainArgs a, const ChannelApply* apply, __half* y,
-                                       __half* y_lo) {
+// (half_rows.cuh) of x (a.x, or FP16 values: HalfSource), each thread with
+// its two channels' ChannelApply in registers; the activation a template
+// parameter (adain_half_rows_launch picks it).
+template <Activation kAct, bool kApproxSine, typename Source>
+__global__ void adain_half_rows_kernel(AdainArgs a, Source x, const ChannelApply* apply,
+                                       __half* y, __half* y_lo) {
     await_producers();
     const int c0 = blockIdx.y * kHalfRowsTileC;
     const float slope = a.slope;
-    write_half_rows(a.x, y, y_lo, a.C, a.T, [&](int r) {
+    write_half_rows(x, y, y_lo, a.C, a.T, [&](int r) {
         const ChannelApply f = c0 + r < a.C ? apply[c0 + r] : ChannelApply{};
         return [f, slope](float v) { return f.template apply<kAct, kApproxSine>(v, slope); };
     });
 }
 
-void adain_half_rows_launch(const AdainArgs& a, const ChannelApply* apply, __half* y,
-                            __half* y_lo, cudaStream_t stream) {
+void adain_half_rows_launch(const AdainArgs& a, ConstFloatOrHalf x, const ChannelApply* apply,
+                            __half* y, __half* y_lo, cudaStream_t stream) {
     with_activation(a.act, a.approx_sine, [&](auto kind) {
-        launch_dependent(adain_half_rows_kernel<decltype(kind)::act, decltype(kind)::approx_sine>,
-                         half_rows_grid(a.C, a.T), dim3(kHalfRowsThreads), 0, stream,
-                         "adain_half_rows_kernel", a, apply, y, y_lo);
+        constexpr Activation kAct = decltype(kind)::act;
+        constexpr bool kApproxSine = decltype(kind)::approx_sine;
+        if (x.f16 != nullptr) {
+            launch_dependent(adain_half_rows_kernel<kAct, kApproxSine, HalfSource>,
+                             half_rows_grid(a.C, a.T), dim3(kHalfRowsThreads), 0, stream,
+                             "adain_half_rows_kernel", a, HalfSource{x.f16}, apply, y, y_lo);
+        } else {
+            launch_dependent(adain_half_rows_kernel<kAct, kApproxSine, const float*>,
+                             half_rows_grid(a.C, a.T), dim3(kHalfRowsThreads), 0, stream,
+                             "adain_half_rows_kernel", a, x.f32, apply, y, y_lo);
+        }
     });
 }
 
@@ -486,12 +494,15 @@ void adain(const float* x, float* y, int C, int T, const float* style, Activatio
                      stream, "adain_apply_kernel", args, scratch, parts);
 }
 
-void adain_half_rows(const float* x, __half* y, int C, int T, const float* style, Activation act,
-                     float act_slope, const float* alpha, HalfOperands form, double* scratch,
-                     cudaStream_t stream, ChannelPartials given) {
+void adain_half_rows(ConstFloatOrHalf x, __half* y, int C, int T, const float* style,
+                     Activation act, float act_slope, const float* alpha, HalfOperands form,
+                     double* scratch, cudaStream_t stream, ChannelPartials given) {
     if (C == 0 || T == 0) return;
+    if (x.f16 != nullptr && given.parts == 0) {
+        throw CudaError("adain_half_rows: an FP16 input needs its producer's statistics partials");
+    }
     const bool approx_sine = form == HalfOperands::kRounded;
-    const AdainArgs args{x, nullptr, C, T, style, act, act_slope, alpha, false, approx_sine};
+    const AdainArgs args{x.f32, nullptr, C, T, style, act, act_slope, alpha, false, approx_sine};
     const int own_parts = stats_parts(T);
     const ChannelPartials stats = given.parts > 0 ? given : ChannelPartials{scratch, own_parts};
     auto* apply =
@@ -516,7 +527,7 @@ void adain_half_rows(const float* x, __half* y, int C, int T, const float* style
         }
     }
     __half* y_lo = form == HalfOperands::kSplit ? y + int64_t(T) * half_rows_pitch(C) : nullptr;
-    adain_half_rows_launch(args, apply, y, y_lo, stream);
+    adain_half_rows_launch(args, x, apply, y, y_lo, stream);
 }
 
 }  // namespace kokoro::ops

@@ -36,6 +36,12 @@ inline dim3 half_rows_grid(int C, int T) {
                 unsigned((ops::half_rows_pitch(C) + kHalfRowsTileC - 1) / kHalfRowsTileC));
 }
 
+// FP16 values as a write_half_rows source (ops::ConstFloatOrHalf's f16).
+struct HalfSource {
+    const __half* p;
+    __device__ float operator[](int64_t i) const { return __half2float(p[i]); }
+};
+
 // v as split FP16 operands (ops::HalfOperands::kSplit): hi = fp16(v), lo =
 // fp16(v - hi). Host too: the weights are split at upload.
 __host__ __device__ inline void split_half(float v, __half& hi, __half& lo) {

@@ -384,8 +384,14 @@ struct Context {
     // for the AdaIN that reads y next; returns them, or none where the conv
     // cannot write them (ops::conv1d_half_rows_stats_parts). A slot's
     // partials live until the next call that names it. out_scale: y = (conv
-    // + residual) * out_scale (tensor-core convs only).
-    ops::ChannelPartials adain_conv1d(const float* x, float* y, int c_in, int c_out, int T,
+    // + residual) * out_scale (tensor-core convs only). x and y may be FP16
+    // (ops::FloatOrHalf; tensor-core convs only): an FP16 x needs x_stats,
+    // and an FP16 y, which only the next AdaIN may read, leaves out the
+    // conv's bias (that AdaIN removes each channel's mean, bias included;
+    // the values stay nearer zero, where FP16's steps are finer) and needs
+    // y_stats_slot and no residual.
+    ops::ChannelPartials adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOrHalf y, int c_in,
+                                      int c_out, int T,
                                       const std::string& fc_prefix, ops::Activation act,
                                       float slope, const float* alpha,
                                       const std::string& conv_prefix, int kernel, int dilation,
@@ -396,7 +402,7 @@ struct Context {
     // The tensor-core conv with weight `w` on half rows [t_in, ld] in w's
     // form; y_stats_slot and out_scale as adain_conv1d's.
     ops::ChannelPartials conv1d_half_rows(const DeviceWeights::HalfConv& w, const __half* rows,
-                                          float* y, int c_in, int c_out, int t_in, int kernel,
+                                          ops::FloatOrHalf y, int c_in, int c_out, int t_in, int kernel,
                                           int pad, int dilation, const float* b,
                                           const float* residual,
                                           const char* y_stats_slot = nullptr,

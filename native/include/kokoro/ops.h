@@ -194,6 +194,22 @@ __host__ __device__ inline int half_rows_pitch(int C) { return (C + 7) / 8 * 8; 
 enum class HalfOperands { kRounded, kSplit };
 // FP16 parts stored per value.
 inline int half_parts(HalfOperands form) { return form == HalfOperands::kSplit ? 2 : 1; }
+// A channels-first tensor in fp32, or in FP16 where only an AdaIN reads it
+// next (conv1d_half_rows writes it, adain_half_rows reads it): half the
+// bytes, and the AdaIN's normalisation keeps the rounding relative to the
+// values (fast precision's residual-block hidden, model.h). Exactly one
+// pointer is set; a plain pointer converts.
+template <typename F, typename H>
+struct FloatOrHalfT {
+    F* f32 = nullptr;
+    H* f16 = nullptr;
+    FloatOrHalfT(F* p) : f32(p) {}  // NOLINT(google-explicit-constructor)
+    FloatOrHalfT(H* p) : f16(p) {}  // NOLINT(google-explicit-constructor)
+    template <typename F2, typename H2>  // to the const form
+    FloatOrHalfT(const FloatOrHalfT<F2, H2>& o) : f32(o.f32), f16(o.f16) {}  // NOLINT
+};
+using FloatOrHalf = FloatOrHalfT<float, __half>;
+using ConstFloatOrHalf = FloatOrHalfT<const float, const __half>;
 // A tensor read as the sum of up to three same-shaped fp32 tensors times a
 // scale, ((x0 + x1) + x2) * scale: the mean of the generator's residual
 // blocks, its last sums formed by the op that reads it rather than by passes
@@ -291,8 +307,9 @@ struct ChannelPartials {
 // The same AdaIN + activation written as half rows y [T, half_rows_pitch(C)]
 // (FP16, pad columns zero; kSplit: hi rows, then lo rows) for the
 // tensor-core conv that follows. `given`: x's statistics partials as its
-// producer wrote them (conv1d_half_rows), which skips the statistics pass.
-void adain_half_rows(const float* x, __half* y, int C, int T, const float* style, Activation act,
+// producer wrote them (conv1d_half_rows), which skips the statistics pass;
+// an FP16 x needs them.
+void adain_half_rows(ConstFloatOrHalf x, __half* y, int C, int T, const float* style, Activation act,
                      float act_slope, const float* alpha, HalfOperands form, double* scratch,
                      cudaStream_t stream, ChannelPartials given = {});
 
@@ -329,8 +346,9 @@ int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation);
 // launch plan fills the GPU for all of them together; give the scratch and
 // statistics functions the same. `out_scale`: y = (conv(x) + b + residual) *
 // out_scale, rounded once more (an AdainResBlk1d's (residual + shortcut) /
-// sqrt(2)); the statistics are y's as stored.
-void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b, float* y,
+// sqrt(2)); the statistics are y's as stored. An FP16 y (more than 32
+// output channels) holds those values rounded.
+void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b, FloatOrHalf y,
                       int Cin, int Cout, int Tin, int K, int pad, int dilation,
                       const float* residual, HalfOperands form, float* scratch,
                       cudaStream_t stream, HalfKernel kernel = HalfKernel::kBest,
