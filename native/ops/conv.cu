@@ -607,7 +607,9 @@ struct Output {
         return (fmaf(sum, scale, bias) + res) * out_scale;
     }
     // v stored at `at`; returns it as stored.
-    __device__ float store(int64_t at, float v) const { return store_value<kHalfOut>(y, y_half, at, v); }
+    __device__ float store(int64_t at, float v) const {
+        return store_value<kHalfOut>(y, y_half, at, v);
+    }
 };
 
 // Statistics partials per channel: one per time tile (gridDim.x: the conv
@@ -1487,8 +1489,8 @@ int conv1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int pad, int
     return conv1d_call(Cin, Cout, Tin, K, pad, dilation, form, streams).stats_parts();
 }
 
-void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b, FloatOrHalf y,
-                      int Cin, int Cout, int Tin, int K, int pad, int dilation,
+void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b,
+                      FloatOrHalf y, int Cin, int Cout, int Tin, int K, int pad, int dilation,
                       const float* residual, HalfOperands form, float* scratch,
                       cudaStream_t stream, HalfKernel kernel, double* stats, int streams,
                       float out_scale) {

@@ -5,20 +5,20 @@
 // convolution tap then shifts whole rows: every tap's operand stays 16-byte
 // aligned for ldmatrix whatever the dilation.
 //
-// One block (kHalfRowsThreads threads) writes a 64-channel x 64-step tile.
-// The pass is issue-bound wherever it shares the SMs with the convs (a batch),
-// so the layout serves the instruction count: each thread keeps one channel
-// pair and 8 time steps (lanes along time, 32-byte runs per row: whole
-// sectors), so the transform's per-channel state is loaded once per thread
-// and each value costs its load, its transform, half a convert and half a
-// shared store; the tile goes through shared memory as half2 words (channel
-// pair cp of step t at word t * 32 + (cp ^ 4 (t % 8)): conflict-free both
-// ways), and leaves as 16-byte rows of 8 channels. x[c T + t] gives the
-// input (a pointer, or anything indexable: ops::ScaledSum); channel(r)
-// gives the transform of the tile's channel r, a callable float -> float
-// (identity for a plain conversion, AdaIN + activation in norm.cu). Split
-// operands (ops::HalfOperands::kSplit) also write lo = fp16(v - hi) to y_lo
-// (null: rounded only). Grid: half_rows_grid(C, T).
+// One block (kHalfRowsThreads threads) writes a 64-channel x 64-step tile,
+// laid out for few instructions per value (~10; ncu had a warp per channel
+// row, ~20, issue-bound): each thread keeps one channel pair and 8 time steps
+// (lanes along time, 32-byte runs per fp32 row: whole sectors), so the
+// transform's per-channel state is loaded once per thread and each value
+// costs its load, its transform, half a convert and half a shared store; the
+// tile goes through shared memory as half2 words (channel pair cp of step t
+// at word t * 32 + (cp ^ 4 (t % 8)): conflict-free both ways), and leaves as
+// 16-byte rows of 8 channels. x[c T + t] gives the input (a pointer, or
+// anything indexable: ops::ScaledSum, HalfSource); channel(r) gives the
+// transform of the tile's channel r, a callable float -> float (identity for
+// a plain conversion, AdaIN + activation in norm.cu). Split operands
+// (ops::HalfOperands::kSplit) also write lo = fp16(v - hi) to y_lo (null:
+// rounded only). Grid: half_rows_grid(C, T).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -103,10 +103,11 @@ __device__ void write_half_rows(const Source& x, __half* y, __half* y_lo, int C,
 #pragma unroll
     for (int j = 0; j < kChunks; ++j) {
         const int id = int(threadIdx.x) + kHalfRowsThreads * j, r = id / 8, q = id % 8;
-        if ((inside || (t0 + r < T && c0 + 8 * q < ld))) {
+        if (inside || (t0 + r < T && c0 + 8 * q < ld)) {
             const int64_t y_at = int64_t(t0 + r) * ld + c0 + 8 * q;
-            const int from = 4 * q ^ (r % kLanesT) * kSwizzle;
-            *reinterpret_cast<uint4*>(y + y_at) = *reinterpret_cast<const uint4*>(&tile[0][r][from]);
+            const int from = (4 * q) ^ (r % kLanesT * kSwizzle);
+            *reinterpret_cast<uint4*>(y + y_at) =
+                *reinterpret_cast<const uint4*>(&tile[0][r][from]);
             if (y_lo != nullptr) {
                 *reinterpret_cast<uint4*>(y_lo + y_at) =
                     *reinterpret_cast<const uint4*>(&tile[1][r][from]);

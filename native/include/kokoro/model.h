@@ -402,8 +402,8 @@ struct Context {
     // The tensor-core conv with weight `w` on half rows [t_in, ld] in w's
     // form; y_stats_slot and out_scale as adain_conv1d's.
     ops::ChannelPartials conv1d_half_rows(const DeviceWeights::HalfConv& w, const __half* rows,
-                                          ops::FloatOrHalf y, int c_in, int c_out, int t_in, int kernel,
-                                          int pad, int dilation, const float* b,
+                                          ops::FloatOrHalf y, int c_in, int c_out, int t_in,
+                                          int kernel, int pad, int dilation, const float* b,
                                           const float* residual,
                                           const char* y_stats_slot = nullptr,
                                           float out_scale = 1.f) const;

@@ -195,10 +195,10 @@ enum class HalfOperands { kRounded, kSplit };
 // FP16 parts stored per value.
 inline int half_parts(HalfOperands form) { return form == HalfOperands::kSplit ? 2 : 1; }
 // A channels-first tensor in fp32, or in FP16 where only an AdaIN reads it
-// next (conv1d_half_rows writes it, adain_half_rows reads it): half the
-// bytes, and the AdaIN's normalisation keeps the rounding relative to the
-// values (fast precision's residual-block hidden, model.h). Exactly one
-// pointer is set; a plain pointer converts.
+// next (conv1d_half_rows writes it, adain_half_rows reads it with its
+// producer's statistics): half the bytes at FP16's relative precision (fast
+// precision's residual-block hidden, generator.cu). Exactly one pointer is
+// set; a plain pointer converts.
 template <typename F, typename H>
 struct FloatOrHalfT {
     F* f32 = nullptr;
@@ -309,9 +309,9 @@ struct ChannelPartials {
 // tensor-core conv that follows. `given`: x's statistics partials as its
 // producer wrote them (conv1d_half_rows), which skips the statistics pass;
 // an FP16 x needs them.
-void adain_half_rows(ConstFloatOrHalf x, __half* y, int C, int T, const float* style, Activation act,
-                     float act_slope, const float* alpha, HalfOperands form, double* scratch,
-                     cudaStream_t stream, ChannelPartials given = {});
+void adain_half_rows(ConstFloatOrHalf x, __half* y, int C, int T, const float* style,
+                     Activation act, float act_slope, const float* alpha, HalfOperands form,
+                     double* scratch, cudaStream_t stream, ChannelPartials given = {});
 
 // ------------------------------------------------------------------ conv.cu
 // Host-side: a PyTorch conv weight [A, B, K] in the device layout [A, K, B]
@@ -348,8 +348,8 @@ int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation);
 // out_scale, rounded once more (an AdainResBlk1d's (residual + shortcut) /
 // sqrt(2)); the statistics are y's as stored. An FP16 y (more than 32
 // output channels) holds those values rounded.
-void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b, FloatOrHalf y,
-                      int Cin, int Cout, int Tin, int K, int pad, int dilation,
+void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b,
+                      FloatOrHalf y, int Cin, int Cout, int Tin, int K, int pad, int dilation,
                       const float* residual, HalfOperands form, float* scratch,
                       cudaStream_t stream, HalfKernel kernel = HalfKernel::kBest,
                       double* stats = nullptr, int streams = 1, float out_scale = 1.f);
