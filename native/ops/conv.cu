@@ -945,10 +945,25 @@ __device__ void wgmma_m64k16(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_
 template <int kGroups, bool kPhases, int kN, bool kInBlock = false, bool kHalfOut = false>
 __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
                                   kGroups == 1 ? 3 : (kInBlock ? 1 : 2))
-    conv1d_wgmma_kernel(const ConvArgs a) {
+    conv1d_wgmma_kernel(const ConvArgs a, const __grid_constant__ CUtensorMap w_map) {
     static_assert(!(kPhases && kHalfOut), "FP16 output: a conv1d's only");
     await_producers();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    // A conv1d's weight tiles come by TMA (weight_map): one thread issues a
+    // step's tile, counted in on the stage's barrier, which every thread
+    // waits on before its MMAs (a stage is refilled only after the step
+    // barrier that follows its last reader's wgmma wait, as with cp.async).
+    // A transposed conv's tile interleaves its phases' rows: cp.async, and
+    // w_map unused.
+    __shared__ uint64_t weights_landed[kStages];
+    uint32_t parities = 0;  // bit s: the parity of stage s's next phase
+    if constexpr (!kPhases) {
+        if (threadIdx.x == 0) {
+            for (int s = 0; s < kStages; ++s) mbarrier_init(&weights_landed[s], 1);
+            fence_mbarrier_init();
+        }
+        __syncthreads();
+    }
     constexpr int kTile = 64 * kGroups;
     constexpr int kThreads = kGroups * kWgmmaThreadsPerGroup;
     extern __shared__ uint4 smem_vec[];
@@ -969,13 +984,26 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
     reduction_pipeline<true, kInBlock>(
         a,
         [&](int c, int k, int stage) {
-            load_weights<kThreads, true>(w_smem + stage * kWeightStageHalves<kN>, a, block_rows,
-                                         k, c);
+            __half* const w_stage = w_smem + stage * kWeightStageHalves<kN>;
+            if constexpr (kPhases) {
+                load_weights<kThreads, true>(w_stage, a, block_rows, k, c);
+            } else if (threadIdx.x == 0) {
+                // Chunk c's weight part (split: hi, lo, hi) and channels.
+                const int part = a.w_lo != nullptr && c % 3 == 1 ? 1 : 0;
+                mbarrier_arrive_expect_tx(&weights_landed[stage],
+                                          kWeightStageHalves<kN> * sizeof(__half));
+                tma_load_4d(w_stage, w_map, &weights_landed[stage], Chunk(a, c).ci0, k,
+                            block_rows.c0, part);
+            }
             if (k == 0) {
                 load_window<kThreads>(win_smem + (c % 2) * rows * kPitch, a, t0 - a.pad, rows, c);
             }
         },
         [&](int stage, int buffer, int k, int c) {
+            if constexpr (!kPhases) {
+                mbarrier_wait(&weights_landed[stage], (parities >> stage) & 1);
+                parities ^= 1u << stage;
+            }
             const __half* as = win_smem + (buffer * rows + k * a.dilation) * kPitch + a_off;
             uint32_t af[kBK / 16][4];
 #pragma unroll
@@ -1029,6 +1057,7 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
     }
 #else
     static_cast<void>(a);
+    static_cast<void>(w_map);
 #endif
 }
 
@@ -1142,10 +1171,15 @@ Plan plan(const Gpu& gpu, int Cin, int row_tiles, int Tout, bool split, int stre
     return p;
 }
 
-template <class Kernel>
+template <class Kernel, class... Extra>
 void launch(Kernel kernel, const char* name, size_t smem, int threads, const Gpu& gpu,
-            const Plan& p, const ConvArgs& a, cudaStream_t stream) {
-    if (smem > size_t(gpu.smem_optin)) {
+            const Plan& p, const ConvArgs& a, cudaStream_t stream, const Extra&... extra) {
+    // The dynamic share: the device's limit less the kernel's static shared
+    // memory (the wgmma kernels' TMA barriers).
+    cudaFuncAttributes attributes{};
+    KOKORO_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    const int dynamic_limit = gpu.smem_optin - int(attributes.sharedSizeBytes);
+    if (smem > size_t(dynamic_limit)) {
         throw CudaError(std::string(name) + ": a window of " +
                         std::to_string(p.tile + a.dilation * (a.K - 1)) +
                         " steps (dilation x (K - 1) = " + std::to_string(a.dilation * (a.K - 1)) +
@@ -1155,10 +1189,56 @@ void launch(Kernel kernel, const char* name, size_t smem, int threads, const Gpu
     // from several host threads, and one lowering the limit between another's
     // call and launch would fail that launch.
     KOKORO_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, gpu.smem_optin));
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_limit));
     const dim3 grid(unsigned((a.Tout + p.tile - 1) / p.tile), unsigned(row_tiles(a)),
                     unsigned(p.in_block ? 1 : p.splits));
-    launch_dependent(kernel, grid, dim3(threads), smem, stream, name, a);
+    launch_dependent(kernel, grid, dim3(threads), smem, stream, name, a, extra...);
+}
+
+// cuTensorMapEncodeTiled, found through the runtime (no link to the driver
+// library).
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiled encode_tiled() {
+    static const EncodeTiled fn = [] {
+        void* entry = nullptr;
+        cudaDriverEntryPointQueryResult found{};
+        KOKORO_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry, 12000,
+                                                           cudaEnableDefault, &found));
+        if (found != cudaDriverEntryPointSuccess || entry == nullptr) {
+            throw CudaError("the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA 12)");
+        }
+        return reinterpret_cast<EncodeTiled>(entry);
+    }();
+    return fn;
+}
+
+// The TMA map of a conv1d's FP16 weight, [parts][Cout][K][ld] (parts 2 when
+// split: hi, then lo), whose box (64 channels, one tap, kN rows, one part) is
+// a weight stage in wgmma's 128-byte swizzle; rows past Cout and channels
+// past ld come in as zeros.
+template <int kN>
+CUtensorMap weight_map(const ConvArgs& a) {
+    constexpr cuuint64_t kHalf = sizeof(__half);
+    const cuuint64_t dims[4] = {cuuint64_t(a.ld), cuuint64_t(a.K), cuuint64_t(a.Cout),
+                                cuuint64_t(a.w_lo != nullptr ? 2 : 1)};
+    const cuuint64_t strides[3] = {dims[0] * kHalf, dims[0] * dims[1] * kHalf,
+                                   dims[0] * dims[1] * dims[2] * kHalf};
+    const cuuint32_t box[4] = {kBK, 1, kN, 1};
+    const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+    CUtensorMap map{};
+    const CUresult status =
+        encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<__half*>(a.w), dims,
+                       strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (status != CUDA_SUCCESS) {
+        throw CudaError("conv1d weight tensor map: cuTensorMapEncodeTiled failed with CUresult " +
+                        std::to_string(int(status)));
+    }
+    return map;
 }
 
 // The kernel for the GPU, the tile, the output map (phases or not) and y's
@@ -1171,21 +1251,22 @@ void launch_mapped(const Gpu& gpu, const Plan& p, HalfKernel which, const ConvAr
         // kN: the narrow tile where one covers Cout (a conv1d's rows only).
         auto wgmma = [&](auto n) {
             constexpr int kN = decltype(n)::value;
+            const CUtensorMap w_map = kPhases ? CUtensorMap{} : weight_map<kN>(a);
             if constexpr (!kPhases && kN == kCoutTile) {
                 if (p.in_block) {
                     return launch(conv1d_wgmma_kernel<2, false, kN, true, kHalfOut>,
-                                  "conv1d_wgmma_kernel",
-                                  wgmma_smem_bytes<2, kN>(halo), 2 * kWgmmaThreadsPerGroup, gpu,
-                                  p, a, stream);
+                                  "conv1d_wgmma_kernel", wgmma_smem_bytes<2, kN>(halo),
+                                  2 * kWgmmaThreadsPerGroup, gpu, p, a, stream, w_map);
                 }
             }
             if (p.tile == 128) {
                 launch(conv1d_wgmma_kernel<2, kPhases, kN, false, kHalfOut>, "conv1d_wgmma_kernel",
                        wgmma_smem_bytes<2, kN>(halo), 2 * kWgmmaThreadsPerGroup, gpu, p, a,
-                       stream);
+                       stream, w_map);
             } else {
                 launch(conv1d_wgmma_kernel<1, kPhases, kN, false, kHalfOut>, "conv1d_wgmma_kernel",
-                       wgmma_smem_bytes<1, kN>(halo), kWgmmaThreadsPerGroup, gpu, p, a, stream);
+                       wgmma_smem_bytes<1, kN>(halo), kWgmmaThreadsPerGroup, gpu, p, a, stream,
+                       w_map);
             }
         };
         using Narrow = std::integral_constant<int, kNarrowCoutTile>;

@@ -2,11 +2,13 @@
 // implicit-GEMM convs, linear.cu's split-operand linear): 16-byte cp.async
 // copies into shared memory, ldmatrix, and the m16n8k16 mma.sync (sm_80 and
 // newer); Hopper's wgmma (sm_90a device code only) with its shared-memory
-// descriptors. Thin wrappers over one PTX instruction each.
+// descriptors, and its bulk tensor copies (TMA) with their mbarriers. Thin
+// wrappers over one PTX instruction each.
 #pragma once
 
 #include <cstdint>
 
+#include <cuda.h>  // CUtensorMap
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -179,6 +181,45 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t a_desc,
           "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
           "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(a_desc), "l"(b_desc), "r"(1));
+}
+
+// Bulk tensor copies (TMA) into shared memory, completed on an mbarrier: one
+// thread issues a whole tile, the barrier counts its bytes in.
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals)
+                 : "memory");
+}
+// Makes initialised barriers visible to the async proxy (the copies); a
+// block barrier after it publishes them to the block's threads.
+__device__ __forceinline__ void fence_mbarrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// This thread's arrival, announcing `bytes` more to come through copies.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+// Waits until the barrier's phase of the given parity has completed.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+    asm volatile(
+        "{\n.reg .pred done;\n"
+        "wait:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra wait;\n}\n" ::"r"(smem_addr(bar)),
+        "r"(parity)
+        : "memory");
+}
+// The box at coordinates (c0, c1, c2, c3) of the 4-D tensor map into dst,
+// completing `bar`'s transaction bytes; the map a __grid_constant__ parameter.
+__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap& map, uint64_t* bar,
+                                            int c0, int c1, int c2, int c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
+        "[%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(&map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2),
+        "r"(c3)
+        : "memory");
 }
 #endif
 
