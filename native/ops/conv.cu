@@ -28,8 +28,8 @@
 // (half_rows.cuh: time-major [Tin, ld], ld = Cin rounded up to 8, written by
 // the preceding AdaIN + activation or by to_half_rows) and the weight as
 // [Cout, K, ld] FP16 (converted at upload), so a tap is a shift by whole
-// 16-byte-aligned rows and every operand load is a 16-byte cp.async and an
-// ldmatrix. A block computes a 128 (Cout) x kBN (T) tile with 8 warps (64 x
+// 16-byte-aligned rows and every operand load is a 16-byte cp.async (the
+// wgmma conv1d's weight tiles: one TMA copy) and an ldmatrix. A block computes a 128 (Cout) x kBN (T) tile with 8 warps (64 x
 // kBN / 4 each), walking the reduction as 64-channel chunks (outer) x taps
 // (inner): per chunk the window of rows t0 - pad .. t0 - pad + kBN + dil (K
 // - 1) is copied to shared memory once and every tap reads its shifted
@@ -525,8 +525,9 @@ __device__ void load_weights(__half* dst, const ConvArgs& a, const BlockRows<kPh
 // The reduction walk of one block: steps (chunk c, tap k), chunks outer,
 // taps inner, over this split's chunks (kInBlock: over all of them, the
 // splits kept apart by compute). cp.async group s holds step s's
-// weight tile (stage s % 3) and, when s opens a chunk, its window (buffer
-// c % 2): issue(c, k, stage) issues them. compute(stage, buffer, k, c) runs
+// weight tile (stage s % 3; the wgmma conv1d's comes by TMA on its own
+// barrier) and, when s opens a chunk, its window (buffer c % 2):
+// issue(c, k, stage) issues them. compute(stage, buffer, k, c) runs
 // step s once group s has landed for every thread; the barrier before it
 // also frees stage (s + 2) % 3 and window (c + 1) % 2 (last read by steps
 // <= s - 1), which step s + 2 then refills. Steps 0 and 1 are issued up
@@ -906,9 +907,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
 // ldmatrix from the padded window exactly as mma.sync fragments, so a tap
 // is any whole-row shift; B (the weight tile) is read by the tensor cores
 // from shared memory through a descriptor (mma.cuh's swizzled tiles, the
-// stage bases 1024-byte aligned). Each step's wgmmas are waited for before
-// the next barrier, so a stage is free once the barrier passes; other
-// warpgroups on the SM fill the tensor cores meanwhile.
+// stage bases 1024-byte aligned), a conv1d's copied by TMA in that very
+// swizzle (weight_map: one thread's instruction per tile instead of four
+// cp.async per thread, -7% on a batch). Each step's wgmmas are waited for
+// before the next barrier, so a stage is free once the barrier passes;
+// other warpgroups on the SM fill the tensor cores meanwhile.
 constexpr int kWgmmaThreadsPerGroup = 128;
 template <int kN>
 constexpr int kWeightStageHalves = kN * kBK;  // 16 KB at kN 128
