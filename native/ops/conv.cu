@@ -29,8 +29,9 @@
 // the preceding AdaIN + activation or by to_half_rows) and the weight as
 // [Cout, K, ld] FP16 (converted at upload), so a tap is a shift by whole
 // 16-byte-aligned rows and every operand load is a 16-byte cp.async (the
-// wgmma conv1d's weight tiles: one TMA copy) and an ldmatrix. A block computes a 128 (Cout) x kBN (T) tile with 8 warps (64 x
-// kBN / 4 each), walking the reduction as 64-channel chunks (outer) x taps
+// wgmma conv1d's weight tiles: one TMA copy) and an ldmatrix. A block
+// computes a 128 (Cout) x kBN (T) tile with 8 warps (64 x kBN / 4 each),
+// walking the reduction as 64-channel chunks (outer) x taps
 // (inner): per chunk the window of rows t0 - pad .. t0 - pad + kBN + dil (K
 // - 1) is copied to shared memory once and every tap reads its shifted
 // operand from it; the weight tile W[m0 : m0 + 128, k, ci0 : ci0 + 64]
@@ -1211,7 +1212,8 @@ EncodeTiled encode_tiled() {
         KOKORO_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry, 12000,
                                                            cudaEnableDefault, &found));
         if (found != cudaDriverEntryPointSuccess || entry == nullptr) {
-            throw CudaError("the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA 12)");
+            throw CudaError("the CUDA driver lacks cuTensorMapEncodeTiled: install an NVIDIA "
+                            "driver for CUDA 12 or newer");
         }
         return reinterpret_cast<EncodeTiled>(entry);
     }();
