@@ -239,7 +239,7 @@ struct ChannelApply {
     float4 affine;  // mean, gain, shift (beta), alpha
     float inv_alpha;
 
-    ChannelApply() = default;  // for shared-memory arrays
+    ChannelApply() = default;  // zeros as ChannelApply{} (a tile's channels past C)
     __device__ ChannelApply(const AdainArgs& a, int c, double mean, double var) {
         const float alpha = a.act == Activation::kSnake ? a.alpha[c] : 1.f;
         const double gain = (1.0 + double(a.style[c])) / sqrt(var + 1e-5);
@@ -420,16 +420,16 @@ __global__ void adain_half_rows_kernel(AdainArgs a, Source x, const ChannelApply
 void adain_half_rows_launch(const AdainArgs& a, ConstFloatOrHalf x, const ChannelApply* apply,
                             __half* y, __half* y_lo, cudaStream_t stream) {
     with_activation(a.act, a.approx_sine, [&](auto kind) {
-        constexpr Activation kAct = decltype(kind)::act;
-        constexpr bool kApproxSine = decltype(kind)::approx_sine;
+        auto launch = [&](auto source) {
+            launch_dependent(adain_half_rows_kernel<decltype(kind)::act,
+                                                    decltype(kind)::approx_sine, decltype(source)>,
+                             half_rows_grid(a.C, a.T), dim3(kHalfRowsThreads), 0, stream,
+                             "adain_half_rows_kernel", a, source, apply, y, y_lo);
+        };
         if (x.f16 != nullptr) {
-            launch_dependent(adain_half_rows_kernel<kAct, kApproxSine, HalfSource>,
-                             half_rows_grid(a.C, a.T), dim3(kHalfRowsThreads), 0, stream,
-                             "adain_half_rows_kernel", a, HalfSource{x.f16}, apply, y, y_lo);
+            launch(HalfSource{x.f16});
         } else {
-            launch_dependent(adain_half_rows_kernel<kAct, kApproxSine, const float*>,
-                             half_rows_grid(a.C, a.T), dim3(kHalfRowsThreads), 0, stream,
-                             "adain_half_rows_kernel", a, x.f32, apply, y, y_lo);
+            launch(x.f32);
         }
     });
 }
