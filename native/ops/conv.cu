@@ -29,7 +29,8 @@
 // the preceding AdaIN + activation or by to_half_rows) and the weight as
 // [Cout, K, ld] FP16 (converted at upload), so a tap is a shift by whole
 // 16-byte-aligned rows and every operand load is a 16-byte cp.async (the
-// wgmma conv1d's weight tiles: one TMA copy) and an ldmatrix. A block
+// wgmma kernels' windows and conv1d weight tiles: TMA copies) and an
+// ldmatrix. A block
 // computes a 128 (Cout) x kBN (T) tile with 8 warps (64 x kBN / 4 each),
 // walking the reduction as 64-channel chunks (outer) x taps
 // (inner): per chunk the window of rows t0 - pad .. t0 - pad + kBN + dil (K
@@ -527,7 +528,8 @@ __device__ void load_weights(__half* dst, const ConvArgs& a, const BlockRows<kPh
 // taps inner, over this split's chunks (kInBlock: over all of them, the
 // splits kept apart by compute). cp.async group s holds step s's
 // weight tile (stage s % 3; the wgmma conv1d's comes by TMA on its own
-// barrier) and, when s opens a chunk, its window (buffer c % 2):
+// barrier) and, when s opens a chunk, its window (buffer c % 2; the wgmma
+// kernels' by TMA):
 // issue(c, k, stage) issues them. compute(stage, buffer, k, c) runs
 // step s once group s has landed for every thread; the barrier before it
 // also frees stage (s + 2) % 3 and window (c + 1) % 2 (last read by steps
@@ -917,11 +919,27 @@ constexpr int kWgmmaThreadsPerGroup = 128;
 template <int kN>
 constexpr int kWeightStageHalves = kN * kBK;  // 16 KB at kN 128
 
+// The wgmma kernels' windows come by TMA: `copies` boxes of `rows` steps
+// (a box holds at most 256; with several, a multiple of 8, so that each
+// starts on a 1024-byte boundary, where the swizzle repeats) into 128-byte
+// rows in wgmma's swizzle, each window on a 1024-byte boundary.
+struct WindowBoxes {
+    int copies, rows;
+    __host__ __device__ explicit WindowBoxes(int window_rows)
+        : copies((window_rows + 255) / 256),
+          rows(copies == 1 ? window_rows : ((window_rows + copies - 1) / copies + 7) / 8 * 8) {}
+    __host__ __device__ int halves() const {
+        return (copies * rows * kBK + kSwizzleAlign / 2 - 1) / (kSwizzleAlign / 2) *
+               (kSwizzleAlign / 2);
+    }
+};
+
 template <int kGroups, int kN>
 size_t wgmma_smem_bytes(int halo) {
+    const WindowBoxes boxes(64 * kGroups + halo);
     return std::max(staged_tile_bytes<64 * kGroups, kN>(),
                     kSwizzleAlign + sizeof(__half) * (size_t(kStages) * kWeightStageHalves<kN> +
-                                                      size_t(2) * kPitch * (64 * kGroups + halo)));
+                                                      size_t(2) * boxes.halves()));
 }
 
 // wgmma exists in sm_90a device code only (the kernel's body too: other
@@ -949,7 +967,8 @@ __device__ void wgmma_m64k16(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_
 template <int kGroups, bool kPhases, int kN, bool kInBlock = false, bool kHalfOut = false>
 __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
                                   kGroups == 1 ? 3 : (kInBlock ? 1 : 2))
-    conv1d_wgmma_kernel(const ConvArgs a, const __grid_constant__ CUtensorMap w_map) {
+    conv1d_wgmma_kernel(const ConvArgs a, const __grid_constant__ CUtensorMap w_map,
+                        const __grid_constant__ CUtensorMap x_map) {
     static_assert(!(kPhases && kHalfOut), "FP16 output: a conv1d's only");
     await_producers();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -959,28 +978,33 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
     // barrier that follows its last reader's wgmma wait, as with cp.async).
     // A transposed conv's tile interleaves its phases' rows: cp.async, and
     // w_map unused.
+    // The windows come by TMA too (window_map: every kernel), on a barrier
+    // per window buffer that the chunk's first step waits on.
     __shared__ uint64_t weights_landed[kStages];
-    uint32_t parities = 0;  // bit s: the parity of stage s's next phase
-    if constexpr (!kPhases) {
-        if (threadIdx.x == 0) {
+    __shared__ uint64_t window_landed[2];
+    uint32_t parities = 0;         // bit s: the parity of stage s's next phase
+    uint32_t window_parities = 0;  // bit b: the same for window buffer b
+    if (threadIdx.x == 0) {
+        if constexpr (!kPhases) {
             for (int s = 0; s < kStages; ++s) mbarrier_init(&weights_landed[s], 1);
-            fence_mbarrier_init();
         }
-        __syncthreads();
+        for (int b = 0; b < 2; ++b) mbarrier_init(&window_landed[b], 1);
+        fence_mbarrier_init();
     }
+    __syncthreads();
     constexpr int kTile = 64 * kGroups;
     constexpr int kThreads = kGroups * kWgmmaThreadsPerGroup;
     extern __shared__ uint4 smem_vec[];
     __half* const w_smem = swizzle_aligned(smem_vec);
     __half* const win_smem = w_smem + kStages * kWeightStageHalves<kN>;
-    const int rows = kTile + a.dilation * (a.K - 1);
+    const WindowBoxes boxes(kTile + a.dilation * (a.K - 1));
     const BlockRows<kPhases, kN> block_rows(a);
     const int t0 = blockIdx.x * kTile;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     // Warp w holds time rows 16 w .. 16 w + 15 of the tile (its quarter of
     // its warpgroup's m64), as ldmatrix.x4 fragments: rows lane % 16, k
-    // half lane / 16.
-    const int a_off = (warp * 16 + lane % 16) * kPitch + lane / 16 * 8;
+    // half lane / 16, the 16-byte piece of row r at piece ^ (r % 8).
+    const int a_row = warp * 16 + lane % 16, a_piece = lane / 16;
 
     float d[kN / 2] = {};
     [[maybe_unused]] float total[kInBlock ? kN / 2 : 1] = {};
@@ -999,8 +1023,16 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
                 tma_load_4d(w_stage, w_map, &weights_landed[stage], Chunk(a, c).ci0, k,
                             block_rows.c0, part);
             }
-            if (k == 0) {
-                load_window<kThreads>(win_smem + (c % 2) * rows * kPitch, a, t0 - a.pad, rows, c);
+            if (k == 0 && threadIdx.x == 0) {
+                // Chunk c's input part (split: hi, hi, lo) and channels.
+                const int part = a.x_lo != nullptr && c % 3 == 2 ? 1 : 0;
+                __half* const window = win_smem + (c % 2) * boxes.halves();
+                mbarrier_arrive_expect_tx(&window_landed[c % 2],
+                                          boxes.copies * boxes.rows * kBK * sizeof(__half));
+                for (int i = 0; i < boxes.copies; ++i) {
+                    tma_load_3d(window + i * boxes.rows * kBK, x_map, &window_landed[c % 2],
+                                Chunk(a, c).ci0, t0 - a.pad + i * boxes.rows, part);
+                }
             }
         },
         [&](int stage, int buffer, int k, int c) {
@@ -1008,10 +1040,17 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
                 mbarrier_wait(&weights_landed[stage], (parities >> stage) & 1);
                 parities ^= 1u << stage;
             }
-            const __half* as = win_smem + (buffer * rows + k * a.dilation) * kPitch + a_off;
+            if (k == 0) {
+                mbarrier_wait(&window_landed[buffer], (window_parities >> buffer) & 1);
+                window_parities ^= 1u << buffer;
+            }
+            const int r = a_row + k * a.dilation;
+            const __half* as = win_smem + buffer * boxes.halves() + r * kBK;
             uint32_t af[kBK / 16][4];
 #pragma unroll
-            for (int kk = 0; kk < kBK / 16; ++kk) ldmatrix_x4(af[kk], as + kk * 16);
+            for (int kk = 0; kk < kBK / 16; ++kk) {
+                ldmatrix_x4(af[kk], as + ((2 * kk + a_piece) ^ (r % 8)) * 8);
+            }
             // Advancing K by 16 halves is +32 bytes inside the swizzled rows.
             const uint32_t b_addr = smem_addr(w_smem + stage * kWeightStageHalves<kN>);
             wgmma_fence();
@@ -1062,6 +1101,7 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
 #else
     static_cast<void>(a);
     static_cast<void>(w_map);
+    static_cast<void>(x_map);
 #endif
 }
 
@@ -1246,6 +1286,30 @@ CUtensorMap weight_map(const ConvArgs& a) {
     return map;
 }
 
+// The TMA map of the input half rows, [parts][Tin][ld] (parts 2 when split),
+// whose box (64 channels, `rows` steps, one part) is a window's share in
+// wgmma's 128-byte swizzle; steps outside [0, Tin) and channels past ld
+// come in as zeros.
+CUtensorMap window_map(const ConvArgs& a, int rows) {
+    constexpr cuuint64_t kHalf = sizeof(__half);
+    const cuuint64_t dims[3] = {cuuint64_t(a.ld), cuuint64_t(a.Tin),
+                                cuuint64_t(a.x_lo != nullptr ? 2 : 1)};
+    const cuuint64_t strides[2] = {dims[0] * kHalf, dims[0] * dims[1] * kHalf};
+    const cuuint32_t box[3] = {kBK, cuuint32_t(rows), 1};
+    const cuuint32_t element_strides[3] = {1, 1, 1};
+    CUtensorMap map{};
+    const CUresult status =
+        encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, const_cast<__half*>(a.x), dims,
+                       strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (status != CUDA_SUCCESS) {
+        throw CudaError("conv input tensor map: cuTensorMapEncodeTiled failed with CUresult " +
+                        std::to_string(int(status)));
+    }
+    return map;
+}
+
 // The kernel for the GPU, the tile, the output map (phases or not) and y's
 // storage (kHalfOut: FP16; a conv1d of wide Cout tiles only).
 template <bool kPhases, bool kHalfOut>
@@ -1257,21 +1321,22 @@ void launch_mapped(const Gpu& gpu, const Plan& p, HalfKernel which, const ConvAr
         auto wgmma = [&](auto n) {
             constexpr int kN = decltype(n)::value;
             const CUtensorMap w_map = kPhases ? CUtensorMap{} : weight_map<kN>(a);
+            const CUtensorMap x_map = window_map(a, WindowBoxes(p.tile + halo).rows);
             if constexpr (!kPhases && kN == kCoutTile) {
                 if (p.in_block) {
                     return launch(conv1d_wgmma_kernel<2, false, kN, true, kHalfOut>,
                                   "conv1d_wgmma_kernel", wgmma_smem_bytes<2, kN>(halo),
-                                  2 * kWgmmaThreadsPerGroup, gpu, p, a, stream, w_map);
+                                  2 * kWgmmaThreadsPerGroup, gpu, p, a, stream, w_map, x_map);
                 }
             }
             if (p.tile == 128) {
                 launch(conv1d_wgmma_kernel<2, kPhases, kN, false, kHalfOut>, "conv1d_wgmma_kernel",
                        wgmma_smem_bytes<2, kN>(halo), 2 * kWgmmaThreadsPerGroup, gpu, p, a,
-                       stream, w_map);
+                       stream, w_map, x_map);
             } else {
                 launch(conv1d_wgmma_kernel<1, kPhases, kN, false, kHalfOut>, "conv1d_wgmma_kernel",
                        wgmma_smem_bytes<1, kN>(halo), kWgmmaThreadsPerGroup, gpu, p, a, stream,
-                       w_map);
+                       w_map, x_map);
             }
         };
         using Narrow = std::integral_constant<int, kNarrowCoutTile>;

@@ -210,6 +210,16 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
         "r"(parity)
         : "memory");
 }
+// The box at coordinates (c0, c1, c2) of the 3-D tensor map into dst (as
+// tma_load_4d).
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap& map, uint64_t* bar,
+                                            int c0, int c1, int c2) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
+        "[%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(&map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+        : "memory");
+}
 // The box at coordinates (c0, c1, c2, c3) of the 4-D tensor map into dst,
 // completing `bar`'s transaction bytes; the map a __grid_constant__ parameter.
 __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap& map, uint64_t* bar,
