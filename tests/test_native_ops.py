@@ -493,8 +493,9 @@ FAST_CONV1D_CASES = [
     (1090, 20, 33, 3, 1, 1),  # narrow tile, reduction split
     (128, 128, 34001, 7, 9, 3),  # wide time tiles (enough of them for every SM twice)
     (256, 256, 20011, 3, 1, 1),  # wide tiles, two Cout tiles
-    (70, 40, 700, 7, 90, 30),  # a window of 308 steps on wide tiles: two TMA boxes
-    (64, 136, 1500, 5, 200, 100),  # a window of 528 steps: three TMA boxes
+    (64, 40, 34001, 7, 90, 30),  # wide tiles, windows of 308 steps: two TMA boxes (wgmma)
+    (64, 136, 1500, 5, 200, 100),  # 64-step tiles, windows of 464 steps: two boxes
+    (64, 136, 34001, 5, 200, 100),  # wide tiles, windows of 528 steps: three boxes
 ]
 # TF32 / FP16 round each operand to 11 significant bits: the normwise error of
 # a long random dot product lands near 3e-4.
