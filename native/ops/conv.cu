@@ -30,14 +30,14 @@
 // [Cout, K, ld] FP16 (converted at upload), so a tap is a shift by whole
 // 16-byte-aligned rows and every operand load is a 16-byte cp.async (the
 // wgmma kernels' windows and conv1d weight tiles: TMA copies) and an
-// ldmatrix. A block
-// computes a 128 (Cout) x kBN (T) tile with 8 warps (64 x kBN / 4 each),
-// walking the reduction as 64-channel chunks (outer) x taps
+// ldmatrix. A block computes a 128 (Cout) x kBN (T) tile with 8 warps (64 x
+// kBN / 4 each), walking the reduction as 64-channel chunks (outer) x taps
 // (inner): per chunk the window of rows t0 - pad .. t0 - pad + kBN + dil (K
 // - 1) is copied to shared memory once and every tap reads its shifted
 // operand from it; the weight tile W[m0 : m0 + 128, k, ci0 : ci0 + 64]
 // streams per step. Three weight stages and two windows pipeline the copies
-// behind the MMAs; 144-byte shared rows make every ldmatrix conflict-free.
+// behind the MMAs; every ldmatrix is conflict-free (mma.sync's 144-byte
+// rows; wgmma's 128-byte rows in its swizzle, as TMA writes them).
 // kBN is 128, or 64 where 128 would not give every SM two blocks; where even
 // that leaves SMs idle (short inputs, the decoder's 1090-channel convs on few
 // frames), the reduction chunks are split over blocks that write partial
