@@ -1260,54 +1260,49 @@ EncodeTiled encode_tiled() {
     return fn;
 }
 
-// The TMA map of a conv1d's FP16 weight, [parts][Cout][K][ld] (parts 2 when
-// split: hi, then lo), whose box (64 channels, one tap, kN rows, one part) is
-// a weight stage in wgmma's 128-byte swizzle; rows past Cout and channels
-// past ld come in as zeros.
-template <int kN>
-CUtensorMap weight_map(const ConvArgs& a) {
-    constexpr cuuint64_t kHalf = sizeof(__half);
-    const cuuint64_t dims[4] = {cuuint64_t(a.ld), cuuint64_t(a.K), cuuint64_t(a.Cout),
-                                cuuint64_t(a.w_lo != nullptr ? 2 : 1)};
-    const cuuint64_t strides[3] = {dims[0] * kHalf, dims[0] * dims[1] * kHalf,
-                                   dims[0] * dims[1] * dims[2] * kHalf};
-    const cuuint32_t box[4] = {kBK, 1, kN, 1};
-    const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+// A TMA map over a dense FP16 tensor of kRank dimensions (innermost first),
+// whose boxes land in wgmma's 128-byte swizzle; coordinates outside the
+// tensor come in as zeros.
+template <int kRank>
+CUtensorMap swizzled_map(const char* what, const __half* base, const cuuint64_t (&dims)[kRank],
+                         const cuuint32_t (&box)[kRank]) {
+    cuuint64_t strides[kRank - 1];  // bytes, of dimensions 1 ..
+    cuuint64_t stride = sizeof(__half);
+    for (int i = 0; i + 1 < kRank; ++i) strides[i] = stride *= dims[i];
+    cuuint32_t element_strides[kRank];
+    for (cuuint32_t& e : element_strides) e = 1;
     CUtensorMap map{};
     const CUresult status =
-        encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<__half*>(a.w), dims,
-                       strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, kRank, const_cast<__half*>(base),
+                       dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (status != CUDA_SUCCESS) {
-        throw CudaError("conv1d weight tensor map: cuTensorMapEncodeTiled failed with CUresult " +
-                        std::to_string(int(status)));
+        throw CudaError(std::string(what) + " tensor map: cuTensorMapEncodeTiled failed with " +
+                        "CUresult " + std::to_string(int(status)));
     }
     return map;
 }
 
-// The TMA map of the input half rows, [parts][Tin][ld] (parts 2 when split),
-// whose box (64 channels, `rows` steps, one part) is a window's share in
-// wgmma's 128-byte swizzle; steps outside [0, Tin) and channels past ld
-// come in as zeros.
+// The map of a conv1d's FP16 weight, [parts][Cout][K][ld] (parts 2 when
+// split: hi, then lo), whose box (64 channels, one tap, kN rows, one part)
+// is a weight stage; rows past Cout and channels past ld come in as zeros.
+template <int kN>
+CUtensorMap weight_map(const ConvArgs& a) {
+    return swizzled_map<4>("conv1d weight", a.w,
+                           {cuuint64_t(a.ld), cuuint64_t(a.K), cuuint64_t(a.Cout),
+                            cuuint64_t(a.w_lo != nullptr ? 2 : 1)},
+                           {kBK, 1, kN, 1});
+}
+
+// The map of the input half rows, [parts][Tin][ld], whose box (64 channels,
+// `rows` steps, one part) is a window's share; steps outside [0, Tin) and
+// channels past ld come in as zeros.
 CUtensorMap window_map(const ConvArgs& a, int rows) {
-    constexpr cuuint64_t kHalf = sizeof(__half);
-    const cuuint64_t dims[3] = {cuuint64_t(a.ld), cuuint64_t(a.Tin),
-                                cuuint64_t(a.x_lo != nullptr ? 2 : 1)};
-    const cuuint64_t strides[2] = {dims[0] * kHalf, dims[0] * dims[1] * kHalf};
-    const cuuint32_t box[3] = {kBK, cuuint32_t(rows), 1};
-    const cuuint32_t element_strides[3] = {1, 1, 1};
-    CUtensorMap map{};
-    const CUresult status =
-        encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, const_cast<__half*>(a.x), dims,
-                       strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (status != CUDA_SUCCESS) {
-        throw CudaError("conv input tensor map: cuTensorMapEncodeTiled failed with CUresult " +
-                        std::to_string(int(status)));
-    }
-    return map;
+    return swizzled_map<3>("conv input", a.x,
+                           {cuuint64_t(a.ld), cuuint64_t(a.Tin),
+                            cuuint64_t(a.x_lo != nullptr ? 2 : 1)},
+                           {kBK, cuuint32_t(rows), 1});
 }
 
 // The kernel for the GPU, the tile, the output map (phases or not) and y's
