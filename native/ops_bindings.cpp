@@ -621,7 +621,6 @@ py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalF
                           dim(*residual, 1) == Tout),
             "conv1d_stats: residual must be [Cout, Tout]");
     OptionalDevice db(b), dres(residual);
-    DFloat y = DFloat::poisoned(int64_t(Cout) * Tout);
     const std::optional<HalfMath> hm = half_math(math);
     if (!hm) {
         require(!half_out, "conv1d_stats: half_out needs a tensor-core math (fp16, fp16x3)");
@@ -631,6 +630,7 @@ py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalF
                 "channels, out_scale 1");
         auto stats = DeviceArray<double>::poisoned(int64_t(Cout) * parts * ops::kPartialDoubles);
         DFloat dx = DFloat::from(x), dw = conv_weight(w);
+        DFloat y = DFloat::poisoned(int64_t(Cout) * Tout);
         ops::conv1d(context().blas, dx.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K, 1,
                     pad, dilation, 1, dres.get(), nullptr, stream(), gemm_math(math), stats.get());
         return py::make_tuple(y.download({Cout, Tout}),
@@ -648,6 +648,7 @@ py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalF
         return py::make_tuple(download_halves(y16, {Cout, Tout}),
                               stats.download({Cout, parts, ops::kPartialDoubles}));
     }
+    DFloat y = DFloat::poisoned(int64_t(Cout) * Tout);
     conv(db.get(), y.get(), dres.get(), stats_out, out_scale);
     return py::make_tuple(y.download({Cout, Tout}),
                           stats.download({Cout, parts, ops::kPartialDoubles}));

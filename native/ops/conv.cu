@@ -1013,6 +1013,7 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
         a,
         [&](int c, int k, int stage) {
             __half* const w_stage = w_smem + stage * kWeightStageHalves<kN>;
+            const int ci0 = Chunk(a, c).ci0;  // (thread 0's copies)
             if constexpr (kPhases) {
                 load_weights<kThreads, true>(w_stage, a, block_rows, k, c);
             } else if (threadIdx.x == 0) {
@@ -1020,8 +1021,7 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
                 const int part = a.w_lo != nullptr && c % 3 == 1 ? 1 : 0;
                 mbarrier_arrive_expect_tx(&weights_landed[stage],
                                           kWeightStageHalves<kN> * sizeof(__half));
-                tma_load_4d(w_stage, w_map, &weights_landed[stage], Chunk(a, c).ci0, k,
-                            block_rows.c0, part);
+                tma_load_4d(w_stage, w_map, &weights_landed[stage], ci0, k, block_rows.c0, part);
             }
             if (k == 0 && threadIdx.x == 0) {
                 // Chunk c's input part (split: hi, hi, lo) and channels.
@@ -1030,8 +1030,8 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
                 mbarrier_arrive_expect_tx(&window_landed[c % 2],
                                           boxes.copies * boxes.rows * kBK * sizeof(__half));
                 for (int i = 0; i < boxes.copies; ++i) {
-                    tma_load_3d(window + i * boxes.rows * kBK, x_map, &window_landed[c % 2],
-                                Chunk(a, c).ci0, t0 - a.pad + i * boxes.rows, part);
+                    tma_load_3d(window + i * boxes.rows * kBK, x_map, &window_landed[c % 2], ci0,
+                                t0 - a.pad + i * boxes.rows, part);
                 }
             }
         },

@@ -515,16 +515,13 @@ void adain_half_rows(ConstFloatOrHalf x, __half* y, int C, int T, const float* s
                          finalized ? apply : nullptr);
     }
     if (!finalized) {
+        // A warp per channel on a GPU shared with other lanes, else a block.
         constexpr int kWarps = kAdainThreads / 32;
-        if (gpu_shared()) {
-            launch_dependent(adain_finalize_kernel<1>, dim3(unsigned((C + kWarps - 1) / kWarps)),
-                             dim3(kAdainThreads), 0, stream, "adain_finalize_kernel", args,
-                             stats.data, stats.parts, apply);
-        } else {
-            launch_dependent(adain_finalize_kernel<kWarps>, dim3(unsigned(C)), dim3(kAdainThreads),
-                             0, stream, "adain_finalize_kernel", args, stats.data, stats.parts,
-                             apply);
-        }
+        const bool per_warp = gpu_shared();
+        launch_dependent(per_warp ? adain_finalize_kernel<1> : adain_finalize_kernel<kWarps>,
+                         dim3(unsigned(per_warp ? (C + kWarps - 1) / kWarps : C)),
+                         dim3(kAdainThreads), 0, stream, "adain_finalize_kernel", args, stats.data,
+                         stats.parts, apply);
     }
     __half* y_lo = form == HalfOperands::kSplit ? y + int64_t(T) * half_rows_pitch(C) : nullptr;
     adain_half_rows_launch(args, x, apply, y, y_lo, stream);
