@@ -566,7 +566,7 @@ struct HalfConv {
           rows(half_rows_input(x, m.form)),
           w(conv_weight_half(w_, m.form)),
           scratch(ops::conv1d_half_rows_scratch_floats(Cin, Cout, Tin, K, pad, dilation, m.form)) {}
-    void operator()(const float* b, ops::FloatOrHalf y, const float* residual,
+    void operator()(const float* b, ops::FloatOrHalf y, ops::ConstFloatOrHalf residual,
                     double* stats = nullptr, float out_scale = 1.f) const {
         ops::conv1d_half_rows(rows.get(), w.w.get(), w.scale, b, y, Cin, Cout, Tin, K, pad,
                               dilation, residual, math.form, scratch.get(), stream(), math.kernel,
@@ -606,10 +606,11 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
 // (conv + b + residual) * out_scale, or a pointwise conv of few input
 // channels ("fp32" / "tf32": the fp32 pass that writes them, out_scale 1).
 // shared_gpu: called as a lane of a batch calls it (SharedGpu); half_out: y
-// stored as FP16 (tensor-core convs).
+// stored as FP16, residual_half: the residual uploaded as FP16 (tensor-core
+// convs).
 py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalFloat& b, int pad,
                        int dilation, const OptionalFloat& residual, const std::string& math,
-                       float out_scale, bool shared_gpu, bool half_out) {
+                       float out_scale, bool shared_gpu, bool half_out, bool residual_half) {
     const SharedGpu shared(shared_gpu);
     require_ndim(x, 2, "x");
     require_ndim(w, 3, "w");
@@ -620,10 +621,12 @@ py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalF
     require(!residual || (residual->ndim() == 2 && dim(*residual, 0) == Cout &&
                           dim(*residual, 1) == Tout),
             "conv1d_stats: residual must be [Cout, Tout]");
-    OptionalDevice db(b), dres(residual);
+    require(!residual_half || residual, "conv1d_stats: residual_half needs a residual");
+    OptionalDevice db(b), dres(residual_half ? OptionalFloat() : residual);
     const std::optional<HalfMath> hm = half_math(math);
     if (!hm) {
-        require(!half_out, "conv1d_stats: half_out needs a tensor-core math (fp16, fp16x3)");
+        require(!half_out && !residual_half,
+                "conv1d_stats: half_out and residual_half need a tensor-core math (fp16, fp16x3)");
         const int parts = ops::conv1d_stats_parts(Cin, Cout, Tin, K, 1, pad, 1);
         require(parts > 0 && out_scale == 1.f,
                 "conv1d_stats: an fp32 conv writes them only when pointwise with few input "
@@ -642,14 +645,18 @@ py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalF
     auto stats = DeviceArray<double>::poisoned(int64_t(Cout) * parts * ops::kPartialDoubles);
     double* const stats_out = parts > 0 ? stats.get() : nullptr;
     const HalfConv conv(x, w, pad, dilation, *hm);
+    std::optional<DeviceArray<__half>> dres16;
+    if (residual_half) dres16.emplace(upload_as_halves(*residual));
+    const ops::ConstFloatOrHalf res =
+        residual_half ? ops::ConstFloatOrHalf(dres16->get()) : ops::ConstFloatOrHalf(dres.get());
     if (half_out) {
         auto y16 = DeviceArray<__half>::poisoned(int64_t(Cout) * Tout);
-        conv(db.get(), y16.get(), dres.get(), stats_out, out_scale);
+        conv(db.get(), y16.get(), res, stats_out, out_scale);
         return py::make_tuple(download_halves(y16, {Cout, Tout}),
                               stats.download({Cout, parts, ops::kPartialDoubles}));
     }
     DFloat y = DFloat::poisoned(int64_t(Cout) * Tout);
-    conv(db.get(), y.get(), dres.get(), stats_out, out_scale);
+    conv(db.get(), y.get(), res, stats_out, out_scale);
     return py::make_tuple(y.download({Cout, Tout}),
                           stats.download({Cout, parts, ops::kPartialDoubles}));
 }
@@ -897,7 +904,7 @@ void register_ops(py::module_& m) {
           "residual_in_place"_a = false, "math"_a = "fp32");
     o.def("conv1d_stats", &conv1d_stats, "x"_a, "w"_a, "b"_a = py::none(), "pad"_a = 0,
           "dilation"_a = 1, "residual"_a = py::none(), "math"_a = "fp16", "out_scale"_a = 1.f,
-          "shared_gpu"_a = false, "half_out"_a = false);
+          "shared_gpu"_a = false, "half_out"_a = false, "residual_half"_a = false);
     o.def("conv1d_time_ms", &conv1d_time_ms, "x"_a, "w"_a, "b"_a, "pad"_a, "dilation"_a,
           "math"_a = "fp16", "repeats"_a = 20);
     o.def("conv_transpose1d", &conv_transpose1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1,

@@ -743,6 +743,38 @@ def test_conv1d_half_out(
     assert np.array_equal(from_f16, from_f32)
 
 
+@pytest.mark.parametrize("shared_gpu", [False, True])
+@pytest.mark.parametrize("half_out", [False, True])
+@pytest.mark.parametrize("math_name", ["fp16", "fp16x3"])
+@pytest.mark.parametrize(
+    "case",
+    [(128, 128, 34001, 7, 9, 3), (256, 256, 9460, 3, 1, 1), (1090, 100, 33, 3, 1, 1)],
+    ids=lambda c: "x".join(map(str, c)),
+)
+def test_conv1d_half_residual(
+    rng: np.random.Generator, case: tuple[int, ...], math_name: str, half_out: bool, shared_gpu: bool
+) -> None:
+    """An FP16 residual (the fast generator's running sum inside a residual block) is added as its
+    values: y and the statistics partials bit for bit those of the same values given in fp32, from
+    the epilogue and from the split reduction's kernels, into an fp32 or an FP16 y."""
+    c_in, c_out, t_in, k, pad, dilation = case
+    x = f32(rng.standard_normal((c_in, t_in)))
+    w = f32(rng.standard_normal((c_out, c_in, k)) / math.sqrt(c_in * k))
+    b = f32(rng.standard_normal(c_out))
+    residual = f32(rng.standard_normal((c_out, t_in + 2 * pad - dilation * (k - 1))) * 3)
+
+    def conv(r: np.ndarray, **extra: bool) -> tuple[np.ndarray, np.ndarray]:
+        return gpu.conv1d_stats(
+            x, w, b, pad, dilation, r, math_name, shared_gpu=shared_gpu, half_out=half_out, **extra
+        )
+
+    got, parts = conv(residual, residual_half=True)
+    want, want_parts = conv(f32(round_half(residual)))
+    assert np.array_equal(got, want)
+    assert np.array_equal(parts, want_parts)
+    assert not np.array_equal(got, conv(residual)[0])  # the residual's rounding is seen
+
+
 def test_half_out_misuse(rng: np.random.Generator) -> None:
     """An FP16 tensor needs its producer's statistics (no statistics pass reads FP16), and an FP16
     conv output a tensor-core conv1d of more than 32 output channels (the wide Cout tiles)."""

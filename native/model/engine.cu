@@ -594,24 +594,25 @@ ops::ChannelPartials Context::adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOr
                                            const std::string& fc_prefix, ops::Activation act,
                                            float slope, const float* alpha,
                                            const std::string& conv_prefix, int kernel,
-                                           int dilation, const float* residual,
+                                           int dilation, ops::ConstFloatOrHalf residual,
                                            ops::ChannelPartials x_stats,
                                            const char* y_stats_slot, float out_scale) const {
     const int pad = dilation * (kernel - 1) / 2;
     const std::string weight = conv_prefix + ".weight";
-    if (y.f16 != nullptr && (y_stats_slot == nullptr || residual != nullptr)) {
+    if (y.f16 != nullptr && y_stats_slot == nullptr) {
         throw std::logic_error("adain_conv1d " + conv_prefix +
-                               ": an FP16 output needs a statistics slot and no residual");
+                               ": an FP16 output needs a statistics slot");
     }
     if (!weights.has_half(weight)) {
-        if (out_scale != 1.f || x.f16 != nullptr || y.f16 != nullptr) {
+        if (out_scale != 1.f || x.f16 != nullptr || y.f16 != nullptr ||
+            residual.f16 != nullptr) {
             throw std::logic_error("adain_conv1d " + conv_prefix +
                                    ": an output scale or FP16 tensors need its tensor-core weight");
         }
         float* activated = floats("ops.activated", int64_t(c_in) * T);
         adain(x.f32, activated, c_in, T, fc_prefix, act, slope, alpha);
         conv1d(conv_prefix, activated, y.f32, c_in, c_out, T, kernel, 1, pad, dilation, 1, true,
-               residual);
+               residual.f32);
         return {};
     }
     const DeviceWeights::HalfConv w =
@@ -619,7 +620,8 @@ ops::ChannelPartials Context::adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOr
     __half* rows = half_rows(c_in, T, w.form);
     ops::adain_half_rows(x, rows, c_in, T, style(fc_prefix, c_in), act, slope, alpha, w.form,
                          adain_partials(c_in, T), stream, x_stats);
-    const float* b = y.f16 != nullptr ? nullptr : weights.get(conv_prefix + ".bias", c_out);
+    const bool hidden = y.f16 != nullptr && residual.f32 == nullptr && residual.f16 == nullptr;
+    const float* b = hidden ? nullptr : weights.get(conv_prefix + ".bias", c_out);
     return conv1d_half_rows(w, rows, y, c_in, c_out, T, kernel, pad, dilation, b, residual,
                             y_stats_slot, out_scale);
 }
@@ -627,7 +629,8 @@ ops::ChannelPartials Context::adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOr
 ops::ChannelPartials Context::conv1d_half_rows(const DeviceWeights::HalfConv& w,
                                                const __half* rows, ops::FloatOrHalf y, int c_in,
                                                int c_out, int t_in, int kernel, int pad,
-                                               int dilation, const float* b, const float* residual,
+                                               int dilation, const float* b,
+                                               ops::ConstFloatOrHalf residual,
                                                const char* y_stats_slot, float out_scale) const {
     const int64_t scratch_floats = ops::conv1d_half_rows_scratch_floats(
         c_in, c_out, t_in, kernel, pad, dilation, w.form, conv_streams);

@@ -59,7 +59,10 @@ constexpr int64_t kConcurrentResblockValues = int64_t(256) * 9800;
 // precision "fast" the hidden (the first conv's output, which only the
 // AdaIN after it reads) is FP16: half its traffic and memory, its rounding
 // relative to the values, which leave out the conv's bias (that AdaIN
-// removes it with the channel's mean; Context::adain_conv1d).
+// removes it with the channel's mean; Context::adain_conv1d). So is the
+// block's running sum between its layers (`stream`: read by the next
+// layer's AdaIN and as its residual), bias included; only the block's
+// output, which the stage's mean and the next stage read, is fp32.
 class Resblock1 {
 public:
     Resblock1(const Context& ctx, std::string prefix, const float* x, float* out, int C, int T,
@@ -73,6 +76,7 @@ public:
           dilations_(dilations),
           hidden_(ctx.fast ? ops::FloatOrHalf(ctx.halves("resblock.hidden", int64_t(C) * T))
                            : ops::FloatOrHalf(ctx.floats("resblock.hidden", int64_t(C) * T))),
+          stream_(ctx.fast ? ctx.halves("resblock.stream", int64_t(C) * T) : nullptr),
           in_(x),
           in_stats_(x_stats) {}
     int steps() const { return 2 * static_cast<int>(dilations_.size()); }
@@ -89,11 +93,13 @@ public:
             return;
         }
         const bool last = j + 1 == dilations_.size();
+        const ops::FloatOrHalf y =
+            last || stream_ == nullptr ? ops::FloatOrHalf(out_) : ops::FloatOrHalf(stream_);
         in_stats_ = ctx_.adain_conv1d(
-            hidden_, out_, C_, C_, T_, prefix_ + ".adain2." + idx + ".fc", ops::Activation::kSnake,
+            hidden_, y, C_, C_, T_, prefix_ + ".adain2." + idx + ".fc", ops::Activation::kSnake,
             0.f, ctx_.w(prefix_ + ".alpha2." + idx, C_), prefix_ + ".convs2." + idx, kernel_, 1,
             in_, hidden_stats_, last ? nullptr : "resblock.out");
-        in_ = out_;
+        in_ = y;
     }
 
 private:
@@ -103,7 +109,8 @@ private:
     int C_, T_, kernel_;
     const std::vector<int>& dilations_;
     ops::FloatOrHalf hidden_;
-    const float* in_;
+    __half* stream_;  // null: fp32 between the layers too
+    ops::ConstFloatOrHalf in_;
     ops::ChannelPartials in_stats_, hidden_stats_{};
 };
 
@@ -270,9 +277,10 @@ void generator_forward(const Context& ctx, const Context& side,
                                 cfg.resblock_dilation_sizes[j], in_stats);
         }
         if (concurrent) {
-            // In step order across the blocks; the last block's first write
-            // of stage_in waits for the others' step 1, the last of their
-            // steps that read it.
+            // In step order across the blocks; the last block's step 1 (its
+            // writes of stage_in come at or after it: step 1, or its last
+            // step with an FP16 stream) waits for the others' step 1, the
+            // last of their steps that read it.
             int steps = 0;
             for (const Resblock1& b : blocks) steps = std::max(steps, b.steps());
             for (int step = 0; step < steps; ++step) {

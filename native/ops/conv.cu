@@ -395,15 +395,19 @@ constexpr int kNarrowCoutTile = 32;
 // 0)). A conv1d has phases 1, shift 0, y_len Tout, y_left 0; a polyphase
 // transposed conv one phase per stride step. A conv1d's kernels with
 // kHalfOut store y as FP16 (y_half): the rounded values are y, and its
-// statistics are theirs. (No 64-bit fields: a larger parameter block cost
-// the wgmma kernels ~50 bytes of spills.)
+// statistics are theirs. A conv1d's residual may be FP16 (residual_is_half).
+// (128 bytes, no 64-bit fields: a larger parameter block cost the wgmma
+// kernels ~50 bytes of spills.)
 struct ConvArgs {
     const __half* x;
     const __half* x_lo;
     const __half* w;
     const __half* w_lo;
     const float* b;
-    const float* residual;
+    union {
+        const float* residual;
+        const __half* residual_half;  // residual_is_half
+    };
     union {
         float* y;
         __half* y_half;  // the kHalfOut kernels' y: FP16, channels-first
@@ -413,8 +417,16 @@ struct ConvArgs {
     float w_scale;
     float out_scale;  // y = (w_scale * sum + b + residual) * out_scale
     int ld, Cout, Tin, Tout, K, pad, dilation, chunks_per_split;
-    int phases, shift, y_len, y_left;
+    int phases, shift, y_len;
+    short y_left;
+    bool residual_is_half;
 };
+static_assert(sizeof(ConvArgs) == 128, "the kernels' parameter block");
+
+// The residual at `at` (residual set), as fp32.
+__device__ float residual_at(const ConvArgs& a, int64_t at) {
+    return a.residual_is_half ? __half2float(a.residual_half[at]) : a.residual[at];
+}
 
 // Reduction chunks: 64 channels of one product of operand parts each; split
 // operands take three per 64 channels.
@@ -592,7 +604,8 @@ template <bool kHalfOut>
 struct Output {
     float* y;
     __half* y_half;  // kHalfOut, one split: y's FP16 (y null)
-    const float* residual;
+    const float* residual;  // FP16 where residual_is_half
+    bool residual_is_half;
     int64_t base0;
     int live_rows, Tout;
     float scale, out_scale;
@@ -601,6 +614,7 @@ struct Output {
                                  : (kHalfOut ? nullptr : a.y)),
           y_half(kHalfOut && a.partial == nullptr ? a.y_half : nullptr),
           residual(a.partial != nullptr ? nullptr : a.residual),
+          residual_is_half(a.residual_is_half),
           base0(int64_t(c0) * a.Tout),
           live_rows(a.Cout - c0),
           Tout(a.Tout),
@@ -689,20 +703,41 @@ __device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0, 
     const int64_t row_step = int64_t(kWarps) * out.Tout;
     const int64_t at0 = out.base0 + int64_t(warp) * out.Tout + t0 + lane;
     const int cols = out.Tout - t0 - lane;
-    float v[kRows][kPerLane];  // the residuals, then y
-    int64_t at = at0;
+    // The residuals, then y. An FP16 residual is loaded as its raw bits and
+    // widened after the barrier: a conversion after each load would wait for
+    // it, one memory latency per value instead of one per block.
+    float v[kRows][kPerLane];
+    auto load_residuals = [&](const auto* residual, auto as_float) {
+        int64_t at = at0;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r, at += row_step) {
-        const bool row_inside = warp + kWarps * r < out.live_rows;
+        for (int r = 0; r < kRows; ++r, at += row_step) {
+            const bool row_inside = warp + kWarps * r < out.live_rows;
 #pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-            v[r][i] = out.residual != nullptr && row_inside && 32 * i < cols
-                          ? out.residual[at + 32 * i]
-                          : 0.f;
+            for (int i = 0; i < kPerLane; ++i) {
+                v[r][i] = residual != nullptr && row_inside && 32 * i < cols
+                              ? as_float(residual[at + 32 * i])
+                              : 0.f;
+            }
         }
+    };
+    if (out.residual_is_half) {
+        load_residuals(reinterpret_cast<const unsigned short*>(out.residual),
+                       [](unsigned short bits) { return __uint_as_float(bits); });
+    } else {
+        load_residuals(out.residual, [](float x) { return x; });
     }
     __syncthreads();
-    at = at0;
+    if (out.residual_is_half) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+            for (int i = 0; i < kPerLane; ++i) {
+                v[r][i] = __half2float(
+                    __ushort_as_half(static_cast<unsigned short>(__float_as_uint(v[r][i]))));
+            }
+        }
+    }
+    int64_t at = at0;
 #pragma unroll
     for (int r = 0; r < kRows; ++r, at += row_step) {
         const int row = warp + kWarps * r;
@@ -1142,7 +1177,7 @@ __global__ void split_sum_kernel(const ConvArgs a, int splits) {
         for (int z = 0; z < splits; ++z) sum += a.partial[z * n + i];
         const float u = fmaf(sum, a.w_scale, a.b != nullptr ? a.b[c] : 0.f);
         const int64_t at = int64_t(c) * (a.y_len + a.y_left) + a.y_left + t;
-        v = (u + (a.residual != nullptr ? a.residual[at] : 0.f)) * a.out_scale;
+        v = (u + (a.residual != nullptr ? residual_at(a, at) : 0.f)) * a.out_scale;
         v = store_value<kHalfOut>(a.y, kHalfOut ? a.y_half : nullptr, at, v);
         if (kPhases && t == 1 && a.y_left != 0) store_pad(a, c, u);
     }
@@ -1566,15 +1601,18 @@ HalfCall transposed_call(int Cin, int Cout, int Tin, int K, int stride, int pad,
     igemm::ConvArgs& a = c.args;
     a.shift = pad;
     a.y_len = y_len;
-    a.y_left = reflect_left;
+    a.y_left = short(reflect_left);
     return c;
 }
 
 void run(HalfCall c, const __half* x, const __half* w, float w_scale, const float* b,
-         FloatOrHalf y, const float* residual, float* scratch, cudaStream_t stream,
+         FloatOrHalf y, ConstFloatOrHalf residual, float* scratch, cudaStream_t stream,
          HalfKernel kernel, double* stats) {
     if (c.empty()) return;
     const bool half_out = y.f16 != nullptr;
+    if (residual.f16 != nullptr && igemm::has_phases(c.args)) {
+        throw CudaError("tensor-core conv: an FP16 residual needs a conv1d");
+    }
     if (half_out && (igemm::has_phases(c.args) || c.args.Cout <= igemm::kNarrowCoutTile)) {
         throw CudaError("tensor-core conv: an FP16 output needs a conv1d of more than " +
                         std::to_string(igemm::kNarrowCoutTile) + " output channels");
@@ -1591,7 +1629,12 @@ void run(HalfCall c, const __half* x, const __half* w, float w_scale, const floa
     // ld]; transposed: [K = taps x stride, Cout, ld]).
     a.w_lo = c.split ? w + int64_t(a.phases) * a.Cout * a.K * a.ld : nullptr;
     a.b = b;
-    a.residual = residual;
+    a.residual_is_half = residual.f16 != nullptr;
+    if (a.residual_is_half) {
+        a.residual_half = residual.f16;
+    } else {
+        a.residual = residual.f32;
+    }
     if (half_out) {
         a.y_half = y.f16;
     } else {
@@ -1637,7 +1680,7 @@ int conv1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int pad, int
 
 void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b,
                       FloatOrHalf y, int Cin, int Cout, int Tin, int K, int pad, int dilation,
-                      const float* residual, HalfOperands form, float* scratch,
+                      ConstFloatOrHalf residual, HalfOperands form, float* scratch,
                       cudaStream_t stream, HalfKernel kernel, double* stats, int streams,
                       float out_scale) {
     HalfCall call = conv1d_call(Cin, Cout, Tin, K, pad, dilation, form, streams);

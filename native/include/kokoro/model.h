@@ -384,18 +384,19 @@ struct Context {
     // for the AdaIN that reads y next; returns them, or none where the conv
     // cannot write them (ops::conv1d_half_rows_stats_parts). A slot's
     // partials live until the next call that names it. out_scale: y = (conv
-    // + residual) * out_scale (tensor-core convs only). x and y may be FP16
-    // (ops::FloatOrHalf; tensor-core convs only): an FP16 x needs x_stats,
-    // and an FP16 y, which only the next AdaIN may read, leaves out the
+    // + residual) * out_scale (tensor-core convs only). x, y and residual
+    // may be FP16 (ops::FloatOrHalf; tensor-core convs only): an FP16 x
+    // needs x_stats, and an FP16 y needs y_stats_slot. An FP16 y without a
+    // residual (a hidden that only the next AdaIN reads) leaves out the
     // conv's bias (that AdaIN removes each channel's mean, bias included;
-    // the values stay nearer zero, where FP16's steps are finer) and needs
-    // y_stats_slot and no residual.
+    // the values stay nearer zero, where FP16's steps are finer); with one
+    // (a residual stream) it keeps it.
     ops::ChannelPartials adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOrHalf y, int c_in,
                                       int c_out, int T,
                                       const std::string& fc_prefix, ops::Activation act,
                                       float slope, const float* alpha,
                                       const std::string& conv_prefix, int kernel, int dilation,
-                                      const float* residual = nullptr,
+                                      ops::ConstFloatOrHalf residual = nullptr,
                                       ops::ChannelPartials x_stats = {},
                                       const char* y_stats_slot = nullptr,
                                       float out_scale = 1.f) const;
@@ -404,7 +405,7 @@ struct Context {
     ops::ChannelPartials conv1d_half_rows(const DeviceWeights::HalfConv& w, const __half* rows,
                                           ops::FloatOrHalf y, int c_in, int c_out, int t_in,
                                           int kernel, int pad, int dilation, const float* b,
-                                          const float* residual,
+                                          ops::ConstFloatOrHalf residual,
                                           const char* y_stats_slot = nullptr,
                                           float out_scale = 1.f) const;
     // x itself for leaky_slope 1, else LeakyReLU(leaky_slope) of its n values

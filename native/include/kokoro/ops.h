@@ -27,6 +27,7 @@
 //   buffer may be shared between ops enqueued on the same stream.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -194,15 +195,16 @@ __host__ __device__ inline int half_rows_pitch(int C) { return (C + 7) / 8 * 8; 
 enum class HalfOperands { kRounded, kSplit };
 // FP16 parts stored per value.
 inline int half_parts(HalfOperands form) { return form == HalfOperands::kSplit ? 2 : 1; }
-// A channels-first tensor in fp32, or in FP16 where only an AdaIN reads it
-// next (conv1d_half_rows writes it, adain_half_rows reads it with its
-// producer's statistics): half the bytes at FP16's relative precision (fast
-// precision's residual-block hidden, generator.cu). Exactly one pointer is
-// set; a plain pointer converts.
+// A channels-first tensor in fp32, or in FP16 where an AdaIN reads it next
+// (conv1d_half_rows writes it, adain_half_rows reads it with its producer's
+// statistics), perhaps also a conv's residual: half the bytes at FP16's
+// relative precision (fast precision's residual blocks, generator.cu). At
+// most one pointer is set (none: no tensor); a plain pointer converts.
 template <typename F, typename H>
 struct FloatOrHalfT {
     F* f32 = nullptr;
     H* f16 = nullptr;
+    FloatOrHalfT(std::nullptr_t) {}  // NOLINT(google-explicit-constructor)
     FloatOrHalfT(F* p) : f32(p) {}  // NOLINT(google-explicit-constructor)
     FloatOrHalfT(H* p) : f16(p) {}  // NOLINT(google-explicit-constructor)
     template <typename F2, typename H2>  // to the const form
@@ -336,7 +338,8 @@ int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation);
 // Conv1d, dense, stride 1, K >= 2, on the tensor cores: x half rows [Tin,
 // ld] (ld = half_rows_pitch(Cin)), w FP16 [Cout, K, ld] as
 // conv_weight_to_half_rows stores it, with its w_scale; both operands in
-// `form`; fp32 accumulation; b, residual and y as conv1d.
+// `form`; fp32 accumulation; b, residual and y as conv1d, but residual may
+// be FP16 too (read as its values).
 // `scratch`: conv1d_half_rows_scratch_floats(...) floats (partial sums where
 // the reduction is split over blocks; 0: may be null).
 // `kernel`: HalfKernel above. `stats` (may be null): the epilogue also
@@ -350,7 +353,7 @@ int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation);
 // output channels) holds those values rounded.
 void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b,
                       FloatOrHalf y, int Cin, int Cout, int Tin, int K, int pad, int dilation,
-                      const float* residual, HalfOperands form, float* scratch,
+                      ConstFloatOrHalf residual, HalfOperands form, float* scratch,
                       cudaStream_t stream, HalfKernel kernel = HalfKernel::kBest,
                       double* stats = nullptr, int streams = 1, float out_scale = 1.f);
 int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int pad, int dilation,
