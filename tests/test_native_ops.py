@@ -710,15 +710,14 @@ def test_conv1d_shared_gpu_same_bits(rng: np.random.Generator, case: tuple[int, 
     check_partials(y, parts)
 
 
+# FP16 outputs and residuals: wide tiles; narrow (64-step) tiles; a reduction split over blocks
+# (in one block per tile on a shared GPU).
+HALF_IO_CASES = [(128, 128, 34001, 7, 9, 3), (256, 256, 9460, 3, 1, 1), (1090, 100, 33, 3, 1, 1)]
+
+
 @pytest.mark.parametrize("shared_gpu", [False, True])
 @pytest.mark.parametrize("math_name", ["fp16", "fp16_mma_sync"])
-@pytest.mark.parametrize(
-    "case",
-    # wide tiles; narrow (64-step) tiles; a reduction split over blocks (in one block per tile
-    # on a shared GPU)
-    [(128, 128, 34001, 7, 9, 3), (256, 256, 9460, 3, 1, 1), (1090, 100, 33, 3, 1, 1)],
-    ids=lambda c: "x".join(map(str, c)),
-)
+@pytest.mark.parametrize("case", HALF_IO_CASES, ids=lambda c: "x".join(map(str, c)))
 def test_conv1d_half_out(
     rng: np.random.Generator, case: tuple[int, ...], math_name: str, shared_gpu: bool
 ) -> None:
@@ -745,12 +744,8 @@ def test_conv1d_half_out(
 
 @pytest.mark.parametrize("shared_gpu", [False, True])
 @pytest.mark.parametrize("half_out", [False, True])
-@pytest.mark.parametrize("math_name", ["fp16", "fp16x3"])
-@pytest.mark.parametrize(
-    "case",
-    [(128, 128, 34001, 7, 9, 3), (256, 256, 9460, 3, 1, 1), (1090, 100, 33, 3, 1, 1)],
-    ids=lambda c: "x".join(map(str, c)),
-)
+@pytest.mark.parametrize("math_name", ["fp16", "fp16x3", "fp16_mma_sync"])
+@pytest.mark.parametrize("case", HALF_IO_CASES, ids=lambda c: "x".join(map(str, c)))
 def test_conv1d_half_residual(
     rng: np.random.Generator, case: tuple[int, ...], math_name: str, half_out: bool, shared_gpu: bool
 ) -> None:
