@@ -152,6 +152,21 @@ def test_native_engine_missing(
         backends.resolve_device("cuda")
 
 
+def test_native_engine_without_its_libraries_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A native engine built against cuFFT / cuBLAS wheels that the running Python lacks: the
+    reason names the missing library and what to install."""
+
+    def missing(name: str) -> Any:
+        raise ImportError("libcufft.so.12: cannot open shared object file: No such file or directory")
+
+    monkeypatch.setattr(backends.importlib, "import_module", missing)
+    native, reason = backends.load_native()
+    assert native is None and reason is not None
+    assert "libcufft.so.12" in reason and "nvidia-cufft" in reason and "CUDA toolkit" in reason
+
+
 def test_cpu_never_probes_cuda(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, config: ModelConfig
 ) -> None:
