@@ -172,11 +172,29 @@ py::array_t<float> download_halves(const DeviceArray<__half>& d, std::vector<py:
     return out;
 }
 
-// x rounded to FP16 on the device (the FP16 tensors' inputs).
-DeviceArray<__half> upload_as_halves(const FloatArray& x) {
-    std::vector<__half> host(size_t(x.size()));
-    for (size_t i = 0; i < host.size(); ++i) host[i] = __float2half_rn(x.data()[i]);
+// x [C, T] rounded to FP16 on the device as the engine's FP16 channels-first
+// tensors are stored (rows at ops::half_channels_pitch(T), the padding NaN:
+// never read as values).
+DeviceArray<__half> upload_half_channels(const FloatArray& x) {
+    const int C = dim(x, 0), T = dim(x, 1), pitch = ops::half_channels_pitch(T);
+    std::vector<__half> host(size_t(C) * pitch, __float2half_rn(NAN));
+    for (int c = 0; c < C; ++c) {
+        for (int t = 0; t < T; ++t) {
+            host[size_t(c) * pitch + t] = __float2half_rn(x.data()[int64_t(c) * T + t]);
+        }
+    }
     return upload_halves(host);
+}
+
+// Such a tensor downloaded as float32 [C, T].
+py::array_t<float> download_half_channels(const DeviceArray<__half>& d, int C, int T) {
+    const int pitch = ops::half_channels_pitch(T);
+    const py::array_t<float> padded = download_halves(d, {C, pitch});
+    py::array_t<float> out({C, T});
+    for (int c = 0; c < C; ++c) {
+        std::copy_n(padded.data() + int64_t(c) * pitch, T, out.mutable_data() + int64_t(c) * T);
+    }
+    return out;
 }
 
 // Half rows [T, ld] ([2, T, ld]: hi, lo when split) downloaded as float32.
@@ -469,7 +487,7 @@ py::array_t<float> adain(const FloatArray& x, const FloatArray& style, const std
             given = {dp->get(), dim(*partials, 1)};
         }
         std::optional<DeviceArray<__half>> dx16;
-        if (x_half) dx16.emplace(upload_as_halves(x));
+        if (x_half) dx16.emplace(upload_half_channels(x));
         ops::adain_half_rows(x_half ? ops::ConstFloatOrHalf(dx16->get()) : dx.get(), rows.get(), C,
                              T, ds.get(), activation, slope, da.get(), form, scratch.get(),
                              stream(), given);
@@ -601,6 +619,23 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
     return y.download({Cout, Tout});
 }
 
+// (y [Cout, Tout], its statistics partials [Cout, parts, 3]) of conv(y) into
+// a y of fp32 or (half_out) FP16 channels.
+template <typename Conv>
+py::tuple conv_out(int Cout, int Tout, int parts, const DeviceArray<double>& stats,
+                   bool half_out, Conv conv) {
+    if (half_out) {
+        auto y16 = DeviceArray<__half>::poisoned(int64_t(Cout) * ops::half_channels_pitch(Tout));
+        conv(y16.get());
+        return py::make_tuple(download_half_channels(y16, Cout, Tout),
+                              stats.download({Cout, parts, ops::kPartialDoubles}));
+    }
+    DFloat y = DFloat::poisoned(int64_t(Cout) * Tout);
+    conv(y.get());
+    return py::make_tuple(y.download({Cout, Tout}),
+                          stats.download({Cout, parts, ops::kPartialDoubles}));
+}
+
 // A conv with its statistics partials of y: (y [Cout, Tout], partials [Cout,
 // parts, 3] float64): the tensor-core conv ("fp16" / "fp16x3" maths), y =
 // (conv + b + residual) * out_scale, or a pointwise conv of few input
@@ -646,19 +681,62 @@ py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalF
     double* const stats_out = parts > 0 ? stats.get() : nullptr;
     const HalfConv conv(x, w, pad, dilation, *hm);
     std::optional<DeviceArray<__half>> dres16;
-    if (residual_half) dres16.emplace(upload_as_halves(*residual));
+    if (residual_half) dres16.emplace(upload_half_channels(*residual));
     const ops::ConstFloatOrHalf res =
         residual_half ? ops::ConstFloatOrHalf(dres16->get()) : ops::ConstFloatOrHalf(dres.get());
-    if (half_out) {
-        auto y16 = DeviceArray<__half>::poisoned(int64_t(Cout) * Tout);
-        conv(db.get(), y16.get(), res, stats_out, out_scale);
-        return py::make_tuple(download_halves(y16, {Cout, Tout}),
-                              stats.download({Cout, parts, ops::kPartialDoubles}));
-    }
-    DFloat y = DFloat::poisoned(int64_t(Cout) * Tout);
-    conv(db.get(), y.get(), res, stats_out, out_scale);
-    return py::make_tuple(y.download({Cout, Tout}),
-                          stats.download({Cout, parts, ops::kPartialDoubles}));
+    return conv_out(Cout, Tout, parts, stats, half_out, [&](ops::FloatOrHalf y) {
+        conv(db.get(), y, res, stats_out, out_scale);
+    });
+}
+
+// A conv1d on the tensor cores that takes its input raw (ops::HalfInput): x
+// uploaded as FP16 [Cin, Tin], its AdaIN (style, Snake's alpha) from its
+// statistics partials, as a residual block's second conv does (rounded
+// operands); y, residual and the returns as conv1d_stats's. Errors where
+// the conv cannot (conv1d_takes_raw_input).
+py::tuple conv1d_raw(const FloatArray& x, const DoubleArray& partials, const FloatArray& style,
+                     const FloatArray& alpha, const FloatArray& w, const OptionalFloat& b,
+                     int pad, int dilation, const OptionalFloat& residual, bool half_out,
+                     bool residual_half) {
+    require_ndim(x, 2, "x");
+    require_ndim(w, 3, "w");
+    const int Cin = dim(x, 0), Tin = dim(x, 1), Cout = dim(w, 0), K = dim(w, 2);
+    require(dim(w, 1) == Cin, "conv1d_raw: w does not match x");
+    require(int(style.size()) == 2 * Cin && int(alpha.size()) == Cin,
+            "conv1d_raw: style must hold 2 Cin values, alpha Cin");
+    require(partials.ndim() == 3 && dim(partials, 0) == Cin &&
+                dim(partials, 2) == ops::kPartialDoubles && dim(partials, 1) > 0,
+            "conv1d_raw: partials must be [Cin, parts > 0, 3]");
+    const int Tout = ops::conv1d_out_len(Tin, K, 1, pad, dilation);
+    require(Tout > 0 && K >= 2, "conv1d_raw: K >= 2 and an input long enough");
+    require(!residual || (residual->ndim() == 2 && dim(*residual, 0) == Cout &&
+                          dim(*residual, 1) == Tout),
+            "conv1d_raw: residual must be [Cout, Tout]");
+    require(!residual_half || residual, "conv1d_raw: residual_half needs a residual");
+    const ops::HalfOperands form = ops::HalfOperands::kRounded;
+    require(ops::conv1d_takes_raw_input(Cin, Cout, Tin, K, pad, dilation, form),
+            "conv1d_raw: this conv cannot take a raw input here (conv1d_takes_raw_input)");
+    const DeviceArray<__half> x16 = upload_half_channels(x);
+    const DeviceArray<double> dp = DeviceArray<double>::from(partials);
+    const DFloat ds = DFloat::from(style), da = DFloat::from(alpha);
+    DeviceArray<double> adain_scratch(ops::adain_scratch_doubles(Cin, Tin));
+    const HalfWeight hw = conv_weight_half(w, form);
+    OptionalDevice db(b), dres(residual_half ? OptionalFloat() : residual);
+    std::optional<DeviceArray<__half>> dres16;
+    if (residual_half) dres16.emplace(upload_half_channels(*residual));
+    const ops::ConstFloatOrHalf res =
+        residual_half ? ops::ConstFloatOrHalf(dres16->get()) : ops::ConstFloatOrHalf(dres.get());
+    const int parts = ops::conv1d_half_rows_stats_parts(Cin, Cout, Tin, K, pad, dilation, form);
+    auto stats = DeviceArray<double>::poisoned(int64_t(Cout) * parts * ops::kPartialDoubles);
+    const ops::ChannelApply* apply =
+        ops::adain_apply({dp.get(), dim(partials, 1)}, Cin, Tin, ds.get(),
+                         ops::Activation::kSnake, 0.f, da.get(), form, adain_scratch.get(),
+                         stream());
+    return conv_out(Cout, Tout, parts, stats, half_out, [&](ops::FloatOrHalf y) {
+        ops::conv1d_half_rows(ops::HalfInput(x16.get(), apply), hw.w.get(), hw.scale, db.get(), y,
+                              Cin, Cout, Tin, K, pad, dilation, res, form, nullptr, stream(),
+                              ops::HalfKernel::kBest, stats.get());
+    });
 }
 
 // Milliseconds per call of `call`, from CUDA events around `repeats` calls
@@ -905,6 +983,14 @@ void register_ops(py::module_& m) {
     o.def("conv1d_stats", &conv1d_stats, "x"_a, "w"_a, "b"_a = py::none(), "pad"_a = 0,
           "dilation"_a = 1, "residual"_a = py::none(), "math"_a = "fp16", "out_scale"_a = 1.f,
           "shared_gpu"_a = false, "half_out"_a = false, "residual_half"_a = false);
+    o.def("conv1d_raw", &conv1d_raw, "x"_a, "partials"_a, "style"_a, "alpha"_a, "w"_a,
+          "b"_a = py::none(), "pad"_a = 0, "dilation"_a = 1, "residual"_a = py::none(),
+          "half_out"_a = false, "residual_half"_a = false);
+    o.def("conv1d_takes_raw_input", [](int c_in, int c_out, int t_in, int k, int pad,
+                                       int dilation) {
+        return ops::conv1d_takes_raw_input(c_in, c_out, t_in, k, pad, dilation,
+                                           ops::HalfOperands::kRounded);
+    });
     o.def("conv1d_time_ms", &conv1d_time_ms, "x"_a, "w"_a, "b"_a, "pad"_a, "dilation"_a,
           "math"_a = "fp16", "repeats"_a = 20);
     o.def("conv_transpose1d", &conv_transpose1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1,

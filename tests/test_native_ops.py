@@ -770,6 +770,54 @@ def test_conv1d_half_residual(
     assert not np.array_equal(got, conv(residual)[0])  # the residual's rounding is seen
 
 
+# Raw inputs: the wide (128-step) tile, k7 d3; the narrow one, k11 d5 over 256 input channels.
+RAW_INPUT_CASES = [(128, 128, 34001, 7, 9, 3), (256, 128, 20000, 11, 25, 5)]
+
+
+@pytest.mark.parametrize("residual_half", [False, True])
+@pytest.mark.parametrize("half_out", [False, True])
+@pytest.mark.parametrize("case", RAW_INPUT_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_conv1d_raw_input(
+    rng: np.random.Generator, case: tuple[int, ...], half_out: bool, residual_half: bool
+) -> None:
+    """A conv taking its input raw (FP16 as a residual block's hidden or running sum is stored,
+    with its AdaIN's statistics partials) applies AdaIN + Snake as it loads its windows: y and
+    its statistics partials bit for bit those of the half-rows pass followed by the conv, and
+    near the float64 AdaIN + Snake + conv."""
+    c_in, c_out, t_in, k, pad, dilation = case
+    if not gpu.conv1d_takes_raw_input(c_in, c_out, t_in, k, pad, dilation):
+        pytest.skip("this GPU plans the conv with a split reduction (or has no wgmma)")
+    x = f32(round_half(rng.standard_normal((c_in, t_in)) * 2 + 0.5))
+    parts = channel_partials(x, 37)
+    style = f32(rng.standard_normal(2 * c_in) * 0.5)
+    alpha = f32(rng.uniform(0.2, 2.0, c_in))
+    w = f32(rng.standard_normal((c_out, c_in, k)) / math.sqrt(c_in * k))
+    b = f32(rng.standard_normal(c_out))
+    residual = f32(rng.standard_normal((c_out, t_in + 2 * pad - dilation * (k - 1))))
+    io = {"half_out": half_out, "residual_half": residual_half}
+    got, got_parts = gpu.conv1d_raw(x, parts, style, alpha, w, b, pad, dilation, residual, **io)
+    rows = gpu.adain(x, style, "snake", 0.2, alpha, half_rows=True, partials=parts, x_half=True)
+    want, want_parts = gpu.conv1d_stats(rows[:, :c_in].T.copy(), w, b, pad, dilation, residual, **io)
+    assert np.array_equal(got, want)
+    assert np.array_equal(got_parts, want_parts)
+    check_partials(got, got_parts)
+    r = round_half(residual) if residual_half else f64(residual)
+    activated = ref.adain(f64(x), f64(style), "snake", alpha=f64(alpha))
+    exact = ref.conv1d(activated, f64(w), f64(b), 1, pad, dilation) + r
+    check(f"conv1d raw input {case}", got, exact, HALF_OPERAND_TOL)
+
+
+def test_conv1d_raw_input_misuse(rng: np.random.Generator) -> None:
+    """A raw input needs a conv whose kernel takes one: here 100 input channels (not whole
+    64-channel chunks); nor does one of two output-channel tiles take one."""
+    assert not gpu.conv1d_takes_raw_input(100, 128, 20000, 3, 1, 1)
+    assert not gpu.conv1d_takes_raw_input(256, 256, 9460, 3, 1, 1)
+    x = f32(rng.standard_normal((100, 20000)))
+    w = f32(rng.standard_normal((128, 100, 3)) / 20)
+    with pytest.raises(ValueError, match="cannot take a raw input"):
+        gpu.conv1d_raw(x, channel_partials(x, 4), f32(np.zeros(200)), f32(np.ones(100)), w, pad=1)
+
+
 def test_half_out_misuse(rng: np.random.Generator) -> None:
     """An FP16 tensor needs its producer's statistics (no statistics pass reads FP16), and an FP16
     conv output a tensor-core conv1d of more than 32 output channels (the wide Cout tiles)."""

@@ -617,17 +617,26 @@ ops::ChannelPartials Context::adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOr
     }
     const DeviceWeights::HalfConv w =
         weights.get_half(weight, int64_t(c_out) * kernel * ops::half_rows_pitch(c_in));
-    __half* rows = half_rows(c_in, T, w.form);
-    ops::adain_half_rows(x, rows, c_in, T, style(fc_prefix, c_in), act, slope, alpha, w.form,
-                         adain_partials(c_in, T), stream, x_stats);
     const bool hidden = y.f16 != nullptr && residual.f32 == nullptr && residual.f16 == nullptr;
     const float* b = hidden ? nullptr : weights.get(conv_prefix + ".bias", c_out);
+    const float* s = style(fc_prefix, c_in);
+    double* scratch = adain_partials(c_in, T);
+    if (x.f16 != nullptr && act == ops::Activation::kSnake &&
+        ops::conv1d_takes_raw_input(c_in, c_out, T, kernel, pad, dilation, w.form,
+                                    conv_streams)) {
+        const ops::ChannelApply* apply =
+            ops::adain_apply(x_stats, c_in, T, s, act, slope, alpha, w.form, scratch, stream);
+        return conv1d_half_rows(w, ops::HalfInput(x.f16, apply), y, c_in, c_out, T, kernel, pad,
+                                dilation, b, residual, y_stats_slot, out_scale);
+    }
+    __half* rows = half_rows(c_in, T, w.form);
+    ops::adain_half_rows(x, rows, c_in, T, s, act, slope, alpha, w.form, scratch, stream, x_stats);
     return conv1d_half_rows(w, rows, y, c_in, c_out, T, kernel, pad, dilation, b, residual,
                             y_stats_slot, out_scale);
 }
 
 ops::ChannelPartials Context::conv1d_half_rows(const DeviceWeights::HalfConv& w,
-                                               const __half* rows, ops::FloatOrHalf y, int c_in,
+                                               ops::HalfInput x, ops::FloatOrHalf y, int c_in,
                                                int c_out, int t_in, int kernel, int pad,
                                                int dilation, const float* b,
                                                ops::ConstFloatOrHalf residual,
@@ -641,7 +650,7 @@ ops::ChannelPartials Context::conv1d_half_rows(const DeviceWeights::HalfConv& w,
                                                           w.form, conv_streams);
         y_stats.data = conv_stats(y_stats_slot, c_out, y_stats.parts);
     }
-    ops::conv1d_half_rows(rows, w.w, w.scale, b, y, c_in, c_out, t_in, kernel, pad, dilation,
+    ops::conv1d_half_rows(x, w.w, w.scale, b, y, c_in, c_out, t_in, kernel, pad, dilation,
                           residual, w.form, scratch, stream, ops::HalfKernel::kBest,
                           y_stats.data, conv_streams, out_scale);
     return y_stats;

@@ -62,7 +62,9 @@ constexpr int64_t kConcurrentResblockValues = int64_t(256) * 9800;
 // removes it with the channel's mean; Context::adain_conv1d). So is the
 // block's running sum between its layers (`stream`: read by the next
 // layer's AdaIN and as its residual), bias included; only the block's
-// output, which the stage's mean and the next stage read, is fp32.
+// output, which the stage's mean and the next stage read, is fp32. Their
+// AdaINs run inside the next conv where its kernel takes a raw input (the
+// last stage's convs: Context::adain_conv1d), without a pass of their own.
 class Resblock1 {
 public:
     Resblock1(const Context& ctx, std::string prefix, const float* x, float* out, int C, int T,
@@ -74,9 +76,9 @@ public:
           T_(T),
           kernel_(kernel),
           dilations_(dilations),
-          hidden_(ctx.fast ? ops::FloatOrHalf(ctx.halves("resblock.hidden", int64_t(C) * T))
+          hidden_(ctx.fast ? ops::FloatOrHalf(ctx.halves("resblock.hidden", half_values(C, T)))
                            : ops::FloatOrHalf(ctx.floats("resblock.hidden", int64_t(C) * T))),
-          stream_(ctx.fast ? ctx.halves("resblock.stream", int64_t(C) * T) : nullptr),
+          stream_(ctx.fast ? ctx.halves("resblock.stream", half_values(C, T)) : nullptr),
           in_(x),
           in_stats_(x_stats) {}
     int steps() const { return 2 * static_cast<int>(dilations_.size()); }
@@ -103,6 +105,8 @@ public:
     }
 
 private:
+    // An FP16 [C, T]'s values with its row padding (ops::half_channels_pitch).
+    static int64_t half_values(int C, int T) { return int64_t(C) * ops::half_channels_pitch(T); }
     Context ctx_;
     std::string prefix_;
     float* out_;

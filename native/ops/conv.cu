@@ -47,10 +47,20 @@
 // block per tile instead, each split's sums apart and then added in the same
 // order, and a statistics pass writes the partials as the sum kernel does:
 // the same bits, without the extra blocks (the other lanes fill the GPU) and
-// the partial sums' traffic. The epilogue stages the block's tile in shared memory,
-// then scales the sums (the FP16 weights are stored times a power of two,
-// see conv_weight_to_half_rows), adds bias and residual and stores y (fp32,
-// channels-first) a channel row at a time, coalesced. Split operands
+// the partial sums' traffic. A wgmma conv1d of one Cout tile and one split
+// also takes its input raw (ops::HalfInput: FP16 channels-first as a
+// residual block's convs store it, with its AdaIN's per-channel
+// parameters): each chunk's window comes by TMA as it is into a staging
+// buffer, and the block's threads write the window from it through AdaIN +
+// Snake, as the half-rows pass would have (the same FP16 operands, the same
+// bits), the next chunk's while the chunk's last step's MMAs run; it spares
+// the pass's write and read of the rows and its launch, and costs the
+// transform inside the conv (a block's first window exposed: with two Cout
+// tiles, each transforming every window, it lost). The epilogue stages the
+// block's tile in shared memory, then scales the sums (the FP16 weights are
+// stored times a power of two, see conv_weight_to_half_rows), adds bias and
+// residual and stores y (fp32, channels-first) a channel row at a time,
+// coalesced. Split operands
 // (precision "fp32", ops.h HalfOperands) need no other kernel: the reduction
 // walks three chunks per 64 channels, x_hi w_hi, x_hi w_lo and x_lo w_hi,
 // into the same accumulators (three times the MMAs, float32-level sums).
@@ -95,6 +105,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kokoro/channel_apply.cuh"
 #include "kokoro/channel_stats.cuh"
 #include "kokoro/check.h"
 #include "kokoro/half_rows.cuh"
@@ -396,6 +407,7 @@ constexpr int kNarrowCoutTile = 32;
 // transposed conv one phase per stride step. A conv1d's kernels with
 // kHalfOut store y as FP16 (y_half): the rounded values are y, and its
 // statistics are theirs. A conv1d's residual may be FP16 (residual_is_half).
+// FP16 rows are half_channels_pitch(Tout) apart (ops.h; row_pitch).
 // (128 bytes, no 64-bit fields: a larger parameter block cost the wgmma
 // kernels ~50 bytes of spills.)
 struct ConvArgs {
@@ -426,6 +438,12 @@ static_assert(sizeof(ConvArgs) == 128, "the kernels' parameter block");
 // The residual at `at` (residual set), as fp32.
 __device__ float residual_at(const ConvArgs& a, int64_t at) {
     return a.residual_is_half ? __half2float(a.residual_half[at]) : a.residual[at];
+}
+
+// The pitch of y's or the residual's rows of `len` values: FP16 ones at
+// half_channels_pitch (ops.h).
+__host__ __device__ inline int64_t row_pitch(int len, bool half) {
+    return half ? half_channels_pitch(len) : len;
 }
 
 // Reduction chunks: 64 channels of one product of operand parts each; split
@@ -597,17 +615,16 @@ __device__ float store_value(float* y32, __half* y_half, int64_t at, float v) {
 // Where a conv1d block's rows c0 + r (r: row within the block) go: y,
 // scaled, with bias and residual, or with several splits the split's
 // partial sum alone (split_sum_kernel finishes). Row r's column t is at
-// base0 + r Tout + t (one 64-bit base per block: the epilogue holds 64
-// residual values per thread beside this state). kHalfOut: y itself
-// (not a split's partial sum) goes out as FP16.
+// (c0 + r) y_pitch + t in y, (c0 + r) residual_pitch + t in the residual.
+// kHalfOut: y itself (not a split's partial sum) goes out as FP16.
 template <bool kHalfOut>
 struct Output {
     float* y;
     __half* y_half;  // kHalfOut, one split: y's FP16 (y null)
     const float* residual;  // FP16 where residual_is_half
     bool residual_is_half;
-    int64_t base0;
     int live_rows, Tout;
+    int y_pitch, residual_pitch;  // row pitches (row_pitch)
     float scale, out_scale;
     __device__ Output(const ConvArgs& a, int c0)
         : y(a.partial != nullptr ? a.partial + int64_t(blockIdx.z) * a.Cout * a.Tout
@@ -615,9 +632,10 @@ struct Output {
           y_half(kHalfOut && a.partial == nullptr ? a.y_half : nullptr),
           residual(a.partial != nullptr ? nullptr : a.residual),
           residual_is_half(a.residual_is_half),
-          base0(int64_t(c0) * a.Tout),
           live_rows(a.Cout - c0),
           Tout(a.Tout),
+          y_pitch(int(row_pitch(a.Tout, y_half != nullptr))),
+          residual_pitch(int(row_pitch(a.Tout, a.residual_is_half))),
           scale(a.partial != nullptr ? 1.f : a.w_scale),
           out_scale(a.partial != nullptr ? 1.f : a.out_scale) {}
     // (scale * sum + bias + residual) * out_scale.
@@ -700,17 +718,19 @@ __device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0, 
     // Row r's column t0 + lane + 32 i at at0 + r row_step + 32 i: one 64-bit
     // offset stepped per row (issue slots: per-element index math was most
     // of the epilogue's instructions); column i inside y where 32 i < cols.
-    const int64_t row_step = int64_t(kWarps) * out.Tout;
-    const int64_t at0 = out.base0 + int64_t(warp) * out.Tout + t0 + lane;
+    // The residual's likewise, at its pitch.
+    const int64_t row_step = int64_t(kWarps) * out.y_pitch;
+    const int64_t at0 = int64_t(c0 + warp) * out.y_pitch + t0 + lane;
     const int cols = out.Tout - t0 - lane;
     // The residuals, then y. An FP16 residual is loaded as its raw bits and
     // widened after the barrier: a conversion after each load would wait for
     // it, one memory latency per value instead of one per block.
     float v[kRows][kPerLane];
     auto load_residuals = [&](const auto* residual, auto as_float) {
-        int64_t at = at0;
+        const int64_t step = int64_t(kWarps) * out.residual_pitch;
+        int64_t at = int64_t(c0 + warp) * out.residual_pitch + t0 + lane;
 #pragma unroll
-        for (int r = 0; r < kRows; ++r, at += row_step) {
+        for (int r = 0; r < kRows; ++r, at += step) {
             const bool row_inside = warp + kWarps * r < out.live_rows;
 #pragma unroll
             for (int i = 0; i < kPerLane; ++i) {
@@ -969,12 +989,69 @@ struct WindowBoxes {
     }
 };
 
-template <int kGroups, int kN>
-size_t wgmma_smem_bytes(int halo) {
-    const WindowBoxes boxes(64 * kGroups + halo);
+// A raw input's window (ops::HalfInput) comes by TMA as it is, channels-first:
+// a box of 64 channel rows of raw_box_rows(rows) steps, unswizzled, into one
+// staging buffer after the one window, which the block's threads then fill
+// from it (transform_window). A box must start on a 16-byte boundary of
+// its rows (else the copy is an illegal instruction): it starts (8 - pad %
+// 8) % 8 steps before the window (whose first step is t0 - pad, t0 a
+// multiple of 64), and holds up to 7 steps more than it; its rows are 8
+// mod 16 steps long (the transform's loads then hit 32 banks).
+__host__ __device__ inline int raw_box_rows(int window_rows) {
+    return (window_rows + 7 + 7) / 16 * 16 + 8;
+}
+__host__ __device__ inline int raw_staging_halves(int window_rows) {
+    return (kBK * raw_box_rows(window_rows) + kSwizzleAlign / 2 - 1) / (kSwizzleAlign / 2) *
+           (kSwizzleAlign / 2);
+}
+
+// kRawX: one window and the raw input's staging buffer instead of two
+// windows, then the ld input channels' ChannelApply.
+template <int kGroups, int kN, bool kRawX = false>
+size_t wgmma_smem_bytes(int halo, int ld) {
+    const int rows = 64 * kGroups + halo;
+    const WindowBoxes boxes(rows);
+    const size_t windows = kRawX ? size_t(boxes.halves()) + size_t(raw_staging_halves(rows))
+                                 : size_t(2) * boxes.halves();
+    const size_t applies = kRawX ? sizeof(ChannelApply) * size_t(ld) : 0;
     return std::max(staged_tile_bytes<64 * kGroups, kN>(),
-                    kSwizzleAlign + sizeof(__half) * (size_t(kStages) * kWeightStageHalves<kN> +
-                                                      size_t(2) * boxes.halves()));
+                    kSwizzleAlign + applies +
+                        sizeof(__half) * (size_t(kStages) * kWeightStageHalves<kN> + windows));
+}
+
+// kRawX: chunk c's raw input (the staging buffer: channel rows of box_rows
+// steps, window row r at step lead + r, window step 0 at input step `first`)
+// into the window as adain_half_rows would have written
+// it: each channel's AdaIN + Snake (ChannelApply, rounded operands' sine)
+// in fp32, rounded to FP16 pairs, rows outside [0, Tin) zero (the conv's
+// padding); channel pair p of row r at word p of the row in the 128-byte
+// swizzle. Unit u (a thread's, or two) is pair u / 32 * 4 + u % 32 / 8 at
+// rows u % 8 + 8 i: a warp's loads take 8 channel rows x 8 steps (32 banks
+// at box_rows 8 mod 16) and its stores 8 rows x 4 pairs (32 banks). apply:
+// the chunk's first channel's (in shared memory). The rows outside [0, Tin)
+// come from TMA as zeros, transformed like the others and then dropped: no
+// branch per row.
+template <int kThreads>
+__device__ void transform_window(__half* window, const __half* staging, int box_rows, int lead,
+                                 int rows, int first, int Tin, const ChannelApply* apply) {
+    constexpr int kUnits = kBK / 2 * 8;
+    static_assert(kUnits % kThreads == 0, "whole units per thread");
+    auto* const words = reinterpret_cast<__half2*>(window);
+#pragma unroll
+    for (int u = int(threadIdx.x); u < kUnits; u += kThreads) {
+        const int pair = u / 32 * 4 + u % 32 / 8, r0 = u % 8;
+        const ChannelApply f0 = apply[2 * pair], f1 = apply[2 * pair + 1];
+        const __half* const x0 = staging + 2 * pair * box_rows + lead;
+        const __half* const x1 = x0 + box_rows;
+        const int word = ((pair / 4) ^ r0) * 4 + pair % 4;  // r % 8 == r0
+        for (int r = r0; r < rows; r += 8) {
+            const int t = first + r;
+            float2 v = make_float2(f0.apply<Activation::kSnake, true>(__half2float(x0[r]), 0.f),
+                                   f1.apply<Activation::kSnake, true>(__half2float(x1[r]), 0.f));
+            if (t < 0 || t >= Tin) v = make_float2(0.f, 0.f);
+            words[r * (kBK / 2) + word] = __float22half2_rn(v);
+        }
+    }
 }
 
 // wgmma exists in sm_90a device code only (the kernel's body too: other
@@ -999,12 +1076,18 @@ __device__ void wgmma_m64k16(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_
 // accumulators from zero, then added to `total` in split order, as the
 // split sum kernel adds them (one block per SM: `total` takes 64 more
 // registers than two blocks could have).
-template <int kGroups, bool kPhases, int kN, bool kInBlock = false, bool kHalfOut = false>
+// kRawX (a conv1d of one split): the input raw (ops::HalfInput), x_apply
+// its channels' parameters, x_map its raw map; every chunk's window made
+// by the block from its staged copy (transform_window), the next chunk's
+// while the chunk's last step's MMAs run.
+template <int kGroups, bool kPhases, int kN, bool kInBlock = false, bool kHalfOut = false,
+          bool kRawX = false>
 __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
                                   kGroups == 1 ? 3 : (kInBlock ? 1 : 2))
     conv1d_wgmma_kernel(const ConvArgs a, const __grid_constant__ CUtensorMap w_map,
-                        const __grid_constant__ CUtensorMap x_map) {
+                        const __grid_constant__ CUtensorMap x_map, const ChannelApply* x_apply) {
     static_assert(!(kPhases && kHalfOut), "FP16 output: a conv1d's only");
+    static_assert(!kRawX || (!kPhases && !kInBlock), "a raw input: a conv1d of one split");
     await_producers();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     // A conv1d's weight tiles come by TMA (weight_map): one thread issues a
@@ -1016,7 +1099,7 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
     // The windows come by TMA too (window_map: every kernel), on a barrier
     // per window buffer that the chunk's first step waits on.
     __shared__ uint64_t weights_landed[kStages];
-    __shared__ uint64_t window_landed[2];
+    __shared__ uint64_t window_landed[2];  // kRawX: [0] the staging buffer's
     uint32_t parities = 0;         // bit s: the parity of stage s's next phase
     uint32_t window_parities = 0;  // bit b: the same for window buffer b
     if (threadIdx.x == 0) {
@@ -1044,6 +1127,33 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
     float d[kN / 2] = {};
     [[maybe_unused]] float total[kInBlock ? kN / 2 : 1] = {};
     [[maybe_unused]] const int chunks = reduction_chunks(a.ld, a.x_lo != nullptr);
+    // kRawX: chunk c's raw input into the staging buffer (thread 0), and
+    // from there into the window (every thread, once it has landed).
+    [[maybe_unused]] __half* const staging = win_smem + boxes.halves();
+    [[maybe_unused]] const int window_rows = kTile + a.dilation * (a.K - 1);
+    // (every input channel's ChannelApply, copied in once: no load latency
+    // in a transform)
+    [[maybe_unused]] auto* const applies =
+        reinterpret_cast<ChannelApply*>(staging + raw_staging_halves(window_rows));
+    [[maybe_unused]] const int box_rows = raw_box_rows(window_rows), lead = (8 - a.pad % 8) % 8;
+    [[maybe_unused]] auto stage_raw = [&](int c) {
+        mbarrier_arrive_expect_tx(&window_landed[0], kBK * box_rows * sizeof(__half));
+        tma_load_3d(staging, x_map, &window_landed[0], t0 - a.pad - lead, c * kBK, 0);
+    };
+    [[maybe_unused]] auto make_window = [&](int c) {
+        mbarrier_wait(&window_landed[0], window_parities & 1);
+        window_parities ^= 1;
+        transform_window<kThreads>(win_smem, staging, box_rows, lead, window_rows, t0 - a.pad,
+                                   a.Tin, applies + c * kBK);
+    };
+    if constexpr (kRawX) {
+        if (threadIdx.x == 0) stage_raw(0);  // in flight with the first weight tiles
+        // (published by the pipeline's first barrier)
+        constexpr int kVecs = sizeof(ChannelApply) / sizeof(float4);
+        const auto* from = reinterpret_cast<const float4*>(x_apply);
+        auto* to = reinterpret_cast<float4*>(applies);
+        for (int i = int(threadIdx.x); i < a.ld * kVecs; i += kThreads) to[i] = from[i];
+    }
     reduction_pipeline<true, kInBlock>(
         a,
         [&](int c, int k, int stage) {
@@ -1058,7 +1168,7 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
                                           kWeightStageHalves<kN> * sizeof(__half));
                 tma_load_4d(w_stage, w_map, &weights_landed[stage], ci0, k, block_rows.c0, part);
             }
-            if (k == 0 && threadIdx.x == 0) {
+            if (!kRawX && k == 0 && threadIdx.x == 0) {
                 // Chunk c's input part (split: hi, hi, lo) and channels.
                 const int part = a.x_lo != nullptr && c % 3 == 2 ? 1 : 0;
                 __half* const window = win_smem + (c % 2) * boxes.halves();
@@ -1075,12 +1185,19 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
                 mbarrier_wait(&weights_landed[stage], (parities >> stage) & 1);
                 parities ^= 1u << stage;
             }
-            if (k == 0) {
+            if constexpr (kRawX) {
+                if (c == 0 && k == 0) {
+                    make_window(0);
+                    __syncthreads();
+                }
+                // The staging buffer is free (chunk c's window is made).
+                if (k == 0 && threadIdx.x == 0 && c + 1 < chunks) stage_raw(c + 1);
+            } else if (k == 0) {
                 mbarrier_wait(&window_landed[buffer], (window_parities >> buffer) & 1);
                 window_parities ^= 1u << buffer;
             }
             const int r = a_row + k * a.dilation;
-            const __half* as = win_smem + buffer * boxes.halves() + r * kBK;
+            const __half* as = win_smem + (kRawX ? 0 : buffer) * boxes.halves() + r * kBK;
             uint32_t af[kBK / 16][4];
 #pragma unroll
             for (int kk = 0; kk < kBK / 16; ++kk) {
@@ -1095,6 +1212,14 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
                 wgmma_m64k16<kN>(d, af[kk], swizzled_descriptor(b_addr + kk * 32));
             }
             wgmma_commit();
+            if constexpr (kRawX) {
+                // The next chunk's window, under this step's MMAs, once every
+                // warp has its fragments of this one.
+                if (k == a.K - 1 && c + 1 < chunks) {
+                    __syncthreads();
+                    make_window(c + 1);
+                }
+            }
             wgmma_wait<0>();
             fence_accumulators(d);
             if constexpr (kInBlock) {
@@ -1176,8 +1301,10 @@ __global__ void split_sum_kernel(const ConvArgs a, int splits) {
         float sum = 0.f;
         for (int z = 0; z < splits; ++z) sum += a.partial[z * n + i];
         const float u = fmaf(sum, a.w_scale, a.b != nullptr ? a.b[c] : 0.f);
-        const int64_t at = int64_t(c) * (a.y_len + a.y_left) + a.y_left + t;
-        v = (u + (a.residual != nullptr ? residual_at(a, at) : 0.f)) * a.out_scale;
+        const int len = a.y_len + a.y_left;  // the output map's rows
+        const int64_t at = c * row_pitch(len, kHalfOut) + a.y_left + t;
+        const int64_t res_at = c * row_pitch(len, a.residual_is_half) + a.y_left + t;
+        v = (u + (a.residual != nullptr ? residual_at(a, res_at) : 0.f)) * a.out_scale;
         v = store_value<kHalfOut>(a.y, kHalfOut ? a.y_half : nullptr, at, v);
         if (kPhases && t == 1 && a.y_left != 0) store_pad(a, c, u);
     }
@@ -1193,7 +1320,7 @@ __global__ void split_stats_kernel(const ConvArgs a) {
     await_producers();
     const int q = int(blockIdx.x * blockDim.x + threadIdx.x), c = int(blockIdx.y);
     const bool inside = q < a.Tout;
-    const int64_t at = int64_t(c) * a.Tout + q;
+    const int64_t at = c * row_pitch(a.Tout, kHalfOut) + q;
     float v = 0.f;
     if (inside) v = kHalfOut ? __half2float(a.y_half[at]) : a.y[at];
     store_block_stats(a, c, inside, v);
@@ -1295,23 +1422,27 @@ EncodeTiled encode_tiled() {
     return fn;
 }
 
-// A TMA map over a dense FP16 tensor of kRank dimensions (innermost first),
-// whose boxes land in wgmma's 128-byte swizzle; coordinates outside the
-// tensor come in as zeros.
+// A TMA map over an FP16 tensor of kRank dimensions (innermost first),
+// dense, or with its innermost rows first_pitch elements apart; its boxes
+// land in wgmma's 128-byte swizzle (or, swizzle false, dense); coordinates
+// outside the tensor come in as zeros.
 template <int kRank>
-CUtensorMap swizzled_map(const char* what, const __half* base, const cuuint64_t (&dims)[kRank],
-                         const cuuint32_t (&box)[kRank]) {
+CUtensorMap tensor_map(const char* what, const __half* base, const cuuint64_t (&dims)[kRank],
+                       const cuuint32_t (&box)[kRank], bool swizzle = true,
+                       cuuint64_t first_pitch = 0) {
     cuuint64_t strides[kRank - 1];  // bytes, of dimensions 1 ..
     cuuint64_t stride = sizeof(__half);
-    for (int i = 0; i + 1 < kRank; ++i) strides[i] = stride *= dims[i];
+    for (int i = 0; i + 1 < kRank; ++i) {
+        strides[i] = stride *= i == 0 && first_pitch > 0 ? first_pitch : dims[i];
+    }
     cuuint32_t element_strides[kRank];
     for (cuuint32_t& e : element_strides) e = 1;
     CUtensorMap map{};
-    const CUresult status =
-        encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, kRank, const_cast<__half*>(base),
-                       dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const CUresult status = encode_tiled()(
+        &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, kRank, const_cast<__half*>(base), dims, strides,
+        box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (status != CUDA_SUCCESS) {
         throw CudaError(std::string(what) + " tensor map: cuTensorMapEncodeTiled failed with " +
                         "CUresult " + std::to_string(int(status)));
@@ -1324,7 +1455,7 @@ CUtensorMap swizzled_map(const char* what, const __half* base, const cuuint64_t 
 // is a weight stage; rows past Cout and channels past ld come in as zeros.
 template <int kN>
 CUtensorMap weight_map(const ConvArgs& a) {
-    return swizzled_map<4>("conv1d weight", a.w,
+    return tensor_map<4>("conv1d weight", a.w,
                            {cuuint64_t(a.ld), cuuint64_t(a.K), cuuint64_t(a.Cout),
                             cuuint64_t(a.w_lo != nullptr ? 2 : 1)},
                            {kBK, 1, kN, 1});
@@ -1334,44 +1465,57 @@ CUtensorMap weight_map(const ConvArgs& a) {
 // `rows` steps, one part) is a window's share; steps outside [0, Tin) and
 // channels past ld come in as zeros.
 CUtensorMap window_map(const ConvArgs& a, int rows) {
-    return swizzled_map<3>("conv input", a.x,
+    return tensor_map<3>("conv input", a.x,
                            {cuuint64_t(a.ld), cuuint64_t(a.Tin),
                             cuuint64_t(a.x_lo != nullptr ? 2 : 1)},
                            {kBK, cuuint32_t(rows), 1});
 }
 
-// The kernel for the GPU, the tile, the output map (phases or not) and y's
-// storage (kHalfOut: FP16; a conv1d of wide Cout tiles only).
-template <bool kPhases, bool kHalfOut>
+// The map of a raw input (ops::HalfInput), [1][ld][Tin] at rows of
+// half_channels_pitch(Tin), whose box (box_rows steps, 64 channels) is a
+// chunk's staged window; steps outside [0, Tin) come in as zeros.
+CUtensorMap raw_map(const ConvArgs& a, int box_rows) {
+    return tensor_map<3>("conv raw input", a.x,
+                         {cuuint64_t(a.Tin), cuuint64_t(a.ld), 1},
+                         {cuuint32_t(box_rows), kBK, 1}, false,
+                         cuuint64_t(half_channels_pitch(a.Tin)));
+}
+
+// The kernel for the GPU, the tile, the output map (phases or not), y's
+// storage (kHalfOut: FP16; a conv1d of wide Cout tiles only) and the input
+// (kRawX: raw, x_apply its parameters; a wgmma conv1d of one split).
+template <bool kPhases, bool kHalfOut, bool kRawX>
 void launch_mapped(const Gpu& gpu, const Plan& p, HalfKernel which, const ConvArgs& a,
-                   cudaStream_t stream) {
+                   const ChannelApply* x_apply, cudaStream_t stream) {
     const int halo = a.dilation * (a.K - 1);
     if (which == HalfKernel::kBest && gpu.wgmma) {
         // kN: the narrow tile where one covers Cout (a conv1d's rows only).
         auto wgmma = [&](auto n) {
             constexpr int kN = decltype(n)::value;
             const CUtensorMap w_map = kPhases ? CUtensorMap{} : weight_map<kN>(a);
-            const CUtensorMap x_map = window_map(a, WindowBoxes(p.tile + halo).rows);
-            if constexpr (!kPhases && kN == kCoutTile) {
+            const CUtensorMap x_map = kRawX ? raw_map(a, raw_box_rows(p.tile + halo))
+                                            : window_map(a, WindowBoxes(p.tile + halo).rows);
+            if constexpr (!kPhases && kN == kCoutTile && !kRawX) {
                 if (p.in_block) {
                     return launch(conv1d_wgmma_kernel<2, false, kN, true, kHalfOut>,
-                                  "conv1d_wgmma_kernel", wgmma_smem_bytes<2, kN>(halo),
-                                  2 * kWgmmaThreadsPerGroup, gpu, p, a, stream, w_map, x_map);
+                                  "conv1d_wgmma_kernel", wgmma_smem_bytes<2, kN>(halo, a.ld),
+                                  2 * kWgmmaThreadsPerGroup, gpu, p, a, stream, w_map, x_map,
+                                  x_apply);
                 }
             }
             if (p.tile == 128) {
-                launch(conv1d_wgmma_kernel<2, kPhases, kN, false, kHalfOut>, "conv1d_wgmma_kernel",
-                       wgmma_smem_bytes<2, kN>(halo), 2 * kWgmmaThreadsPerGroup, gpu, p, a,
-                       stream, w_map, x_map);
+                launch(conv1d_wgmma_kernel<2, kPhases, kN, false, kHalfOut, kRawX>,
+                       "conv1d_wgmma_kernel", wgmma_smem_bytes<2, kN, kRawX>(halo, a.ld),
+                       2 * kWgmmaThreadsPerGroup, gpu, p, a, stream, w_map, x_map, x_apply);
             } else {
-                launch(conv1d_wgmma_kernel<1, kPhases, kN, false, kHalfOut>, "conv1d_wgmma_kernel",
-                       wgmma_smem_bytes<1, kN>(halo), kWgmmaThreadsPerGroup, gpu, p, a, stream,
-                       w_map, x_map);
+                launch(conv1d_wgmma_kernel<1, kPhases, kN, false, kHalfOut, kRawX>,
+                       "conv1d_wgmma_kernel", wgmma_smem_bytes<1, kN, kRawX>(halo, a.ld),
+                       kWgmmaThreadsPerGroup, gpu, p, a, stream, w_map, x_map, x_apply);
             }
         };
         using Narrow = std::integral_constant<int, kNarrowCoutTile>;
         using Wide = std::integral_constant<int, kCoutTile>;
-        if constexpr (!kPhases && !kHalfOut) {
+        if constexpr (!kPhases && !kHalfOut && !kRawX) {
             if (a.Cout <= kNarrowCoutTile) return wgmma(Narrow{});
         }
         wgmma(Wide{});
@@ -1385,13 +1529,19 @@ void launch_mapped(const Gpu& gpu, const Plan& p, HalfKernel which, const ConvAr
 }
 
 void launch(const Gpu& gpu, const Plan& p, HalfKernel which, const ConvArgs& a, bool half_out,
-            cudaStream_t stream) {
+            const ChannelApply* x_apply, cudaStream_t stream) {
     if (has_phases(a)) {
-        launch_mapped<true, false>(gpu, p, which, a, stream);
+        launch_mapped<true, false, false>(gpu, p, which, a, nullptr, stream);
+    } else if (x_apply != nullptr) {
+        if (half_out) {
+            launch_mapped<false, true, true>(gpu, p, which, a, x_apply, stream);
+        } else {
+            launch_mapped<false, false, true>(gpu, p, which, a, x_apply, stream);
+        }
     } else if (half_out) {
-        launch_mapped<false, true>(gpu, p, which, a, stream);
+        launch_mapped<false, true, false>(gpu, p, which, a, nullptr, stream);
     } else {
-        launch_mapped<false, false>(gpu, p, which, a, stream);
+        launch_mapped<false, false, false>(gpu, p, which, a, nullptr, stream);
     }
 }
 
@@ -1605,10 +1755,30 @@ HalfCall transposed_call(int Cin, int Cout, int Tin, int K, int stride, int pad,
     return c;
 }
 
-void run(HalfCall c, const __half* x, const __half* w, float w_scale, const float* b,
+// Whether the call takes a raw input (ops::HalfInput): conv1d_takes_raw_input.
+bool takes_raw_input(const HalfCall& c, HalfKernel kernel) {
+    const igemm::ConvArgs& a = c.args;
+    const int halo = a.dilation * (a.K - 1), window_rows = c.plan.tile + halo;
+    const size_t smem = c.plan.tile == 128
+                            ? igemm::wgmma_smem_bytes<2, igemm::kCoutTile, true>(halo, a.ld)
+                            : igemm::wgmma_smem_bytes<1, igemm::kCoutTile, true>(halo, a.ld);
+    // One Cout tile: every tile of a time range transforms its windows anew
+    // (with two, twice the pass's work: slower than the pass, measured).
+    return !c.empty() && kernel == HalfKernel::kBest && c.gpu.wgmma && !c.split &&
+           !igemm::has_phases(a) && c.plan.splits == 1 && a.Cout > igemm::kNarrowCoutTile &&
+           igemm::row_tiles(a) == 1 && a.ld % igemm::kBK == 0 &&
+           igemm::raw_box_rows(window_rows) <= 256 &&
+           smem + 1024 <= size_t(c.gpu.smem_optin);  // (1 KB: the kernel's static share)
+}
+
+void run(HalfCall c, HalfInput x, const __half* w, float w_scale, const float* b,
          FloatOrHalf y, ConstFloatOrHalf residual, float* scratch, cudaStream_t stream,
          HalfKernel kernel, double* stats) {
     if (c.empty()) return;
+    if (x.apply != nullptr && !takes_raw_input(c, kernel)) {
+        throw CudaError("tensor-core conv: this call cannot take a raw input (ask "
+                        "conv1d_takes_raw_input first)");
+    }
     const bool half_out = y.f16 != nullptr;
     if (residual.f16 != nullptr && igemm::has_phases(c.args)) {
         throw CudaError("tensor-core conv: an FP16 residual needs a conv1d");
@@ -1622,8 +1792,8 @@ void run(HalfCall c, const __half* x, const __half* w, float w_scale, const floa
                         "its stats_parts function first)");
     }
     igemm::ConvArgs& a = c.args;
-    a.x = x;
-    a.x_lo = c.split ? x + int64_t(a.Tin) * a.ld : nullptr;
+    a.x = x.x;
+    a.x_lo = c.split ? x.x + int64_t(a.Tin) * a.ld : nullptr;
     a.w = w;
     // Either weight layout holds phases x Cout x K rows (conv1d: [Cout, K,
     // ld]; transposed: [K = taps x stride, Cout, ld]).
@@ -1650,7 +1820,7 @@ void run(HalfCall c, const __half* x, const __half* w, float w_scale, const floa
     a.partial = plan.splits > 1 && !plan.in_block ? scratch : nullptr;
     a.stats = plan.splits > 1 ? nullptr : stats;  // split: the sum or stats kernel writes them
     a.w_scale = w_scale;
-    igemm::launch(c.gpu, plan, kernel, a, half_out, stream);
+    igemm::launch(c.gpu, plan, kernel, a, half_out, x.apply, stream);
     if (plan.splits == 1) return;
     a.stats = stats;
     if (!plan.in_block) {
@@ -1678,7 +1848,13 @@ int conv1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int pad, int
     return conv1d_call(Cin, Cout, Tin, K, pad, dilation, form, streams).stats_parts();
 }
 
-void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b,
+bool conv1d_takes_raw_input(int Cin, int Cout, int Tin, int K, int pad, int dilation,
+                            HalfOperands form, int streams) {
+    return takes_raw_input(conv1d_call(Cin, Cout, Tin, K, pad, dilation, form, streams),
+                           HalfKernel::kBest);
+}
+
+void conv1d_half_rows(HalfInput x, const __half* w, float w_scale, const float* b,
                       FloatOrHalf y, int Cin, int Cout, int Tin, int K, int pad, int dilation,
                       ConstFloatOrHalf residual, HalfOperands form, float* scratch,
                       cudaStream_t stream, HalfKernel kernel, double* stats, int streams,

@@ -18,14 +18,16 @@
 // time-major output for the tensor-core conv) runs pass 1 unless the
 // tensor's producer handed over its partials (channel_stats.cuh), then one
 // block per channel turns the partials into the channel's affine +
-// activation parameters, then a transposing pass 2 (half_rows.cuh) applies
-// them. Bodies move as float4 from each row's first 16-byte boundary; heads
+// activation parameters (channel_apply.cuh), then a transposing pass 2
+// (half_rows.cuh) applies them; adain_apply stops before the pass, for a
+// conv that applies them as it loads its windows (conv.cu). Bodies move as float4 from each row's first 16-byte boundary; heads
 // and tails go scalar.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
 
+#include "kokoro/channel_apply.cuh"
 #include "kokoro/channel_stats.cuh"
 #include "kokoro/check.h"
 #include "kokoro/half_rows.cuh"
@@ -230,41 +232,19 @@ __host__ __device__ auto with_activation(Activation act, bool approx_sine, Fn fn
     }
 }
 
-// Normalisation and style affine of one channel as one multiply-add about
-// the mean, gain = (1 + gamma) / sqrt(var + eps) rounded once, then the
-// call's activation (uniform: from AdainArgs). mean, gain, shift and Snake's
-// alpha are one 16-byte load: the half-rows pass was issue bound on loading
-// seven fields per element.
-struct ChannelApply {
-    float4 affine;  // mean, gain, shift (beta), alpha
-    float inv_alpha;
+// Channel c's ChannelApply (channel_apply.cuh) from its mean and variance.
+__device__ ChannelApply channel_apply(const AdainArgs& a, int c, double mean, double var) {
+    const float alpha = a.act == Activation::kSnake ? a.alpha[c] : 1.f;
+    const double gain = (1.0 + double(a.style[c])) / sqrt(var + 1e-5);
+    return ChannelApply(float(mean), float(gain), a.style[a.C + c], alpha);
+}
 
-    ChannelApply() = default;  // zeros as ChannelApply{} (a tile's channels past C)
-    __device__ ChannelApply(const AdainArgs& a, int c, double mean, double var) {
-        const float alpha = a.act == Activation::kSnake ? a.alpha[c] : 1.f;
-        const double gain = (1.0 + double(a.style[c])) / sqrt(var + 1e-5);
-        affine = make_float4(float(mean), float(gain), a.style[a.C + c], alpha);
-        inv_alpha = 1.f / alpha;
-    }
-    // The activation (and Snake's sine) fixed at compile time: the
-    // half-rows pass, issue-bound, runs one instantiation per call.
-    template <Activation kAct, bool kApproxSine>
-    __device__ float apply(float x, float slope) const {
-        float v = fmaf(x - affine.x, affine.y, affine.z);
-        if constexpr (kAct == Activation::kLeakyRelu) {
-            v = v >= 0.f ? v : v * slope;
-        } else if constexpr (kAct == Activation::kSnake) {
-            const float s = kApproxSine ? __sinf(affine.w * v) : sinf(affine.w * v);
-            v = v + inv_alpha * (s * s);
-        }
-        return v;
-    }
-    __device__ float operator()(const AdainArgs& a, float x) const {
-        return with_activation(a.act, a.approx_sine, [&](auto kind) {
-            return apply<decltype(kind)::act, decltype(kind)::approx_sine>(x, a.slope);
-        });
-    }
-};
+// f applied with the call's activation (uniform: from AdainArgs).
+__device__ float apply_call(const AdainArgs& a, const ChannelApply& f, float x) {
+    return with_activation(a.act, a.approx_sine, [&](auto kind) {
+        return f.apply<decltype(kind)::act, decltype(kind)::approx_sine>(x, a.slope);
+    });
+}
 
 __device__ void apply_piece(const AdainArgs& a, int c, const Piece& p, const ChannelApply& f) {
     const float* xr = a.x + int64_t(c) * a.T;
@@ -272,7 +252,8 @@ __device__ void apply_piece(const AdainArgs& a, int c, const Piece& p, const Cha
     p.visit(
         [&](int i) {
             const float4 q = *reinterpret_cast<const float4*>(xr + i);
-            const float4 r = make_float4(f(a, q.x), f(a, q.y), f(a, q.z), f(a, q.w));
+            const float4 r = make_float4(apply_call(a, f, q.x), apply_call(a, f, q.y),
+                                           apply_call(a, f, q.z), apply_call(a, f, q.w));
             if (a.vec_store) {
                 *reinterpret_cast<float4*>(yr + i) = r;
             } else {
@@ -282,7 +263,7 @@ __device__ void apply_piece(const AdainArgs& a, int c, const Piece& p, const Cha
                 yr[i + 3] = r.w;
             }
         },
-        [&](int i) { yr[i] = f(a, xr[i]); });
+        [&](int i) { yr[i] = apply_call(a, f, xr[i]); });
 }
 
 // Rows of one statistics block: one block per channel, statistics and apply.
@@ -292,7 +273,7 @@ __global__ void adain_fused_kernel(AdainArgs a) {
     const int c = blockIdx.x;
     const Piece p(a.x + int64_t(c) * a.T, a.T, 0, 1);
     const double2 s = piece_stats(a.x + int64_t(c) * a.T, p, scratch);
-    apply_piece(a, c, p, ChannelApply(a, c, s.x / a.T, s.y / a.T));
+    apply_piece(a, c, p, channel_apply(a, c, s.x / a.T, s.y / a.T));
 }
 
 // A partial {n, sum, m2}'s squared deviations about the channel's mean
@@ -316,7 +297,7 @@ __global__ void adain_stats_kernel(AdainArgs a, double* partials, ChannelApply* 
     if (threadIdx.x != 0) return;
     if (apply != nullptr) {
         const double mean = s.x / a.T;
-        apply[c] = ChannelApply(a, c, mean, m2_about(p.count(), s.x, s.y, mean) / a.T);
+        apply[c] = channel_apply(a, c, mean, m2_about(p.count(), s.x, s.y, mean) / a.T);
         return;
     }
     double* out = partials + (int64_t(c) * gridDim.x + part) * kPartialDoubles;
@@ -380,7 +361,7 @@ __global__ void adain_apply_kernel(AdainArgs a, const double* partials, int part
     const int c = blockIdx.y;
     const double2 s = combine_partials(a, partials, parts, c, scratch);
     apply_piece(a, c, Piece(a.x + int64_t(c) * a.T, a.T, blockIdx.x, gridDim.x),
-                ChannelApply(a, c, s.x, s.y));
+                channel_apply(a, c, s.x, s.y));
 }
 
 // Pass 2 into half rows, step 1: kWarps warps combine a channel's partials
@@ -398,7 +379,7 @@ __global__ void adain_finalize_kernel(AdainArgs a, const double* partials, int p
     const int c = int(blockIdx.x) * kChannels + int(threadIdx.x) / 32 / kWarps;
     if (kWarps == 1 && c >= a.C) return;  // (whole warps: no block barrier below)
     const double2 s = combine_partials<kWarps>(a, partials, parts, c, scratch);
-    if (threadIdx.x % (32 * kWarps) == 0) apply[c] = ChannelApply(a, c, s.x, s.y);
+    if (threadIdx.x % (32 * kWarps) == 0) apply[c] = channel_apply(a, c, s.x, s.y);
 }
 
 // Step 2: block (time tiles, channel tile) writes its transposed tiles
@@ -494,16 +475,14 @@ void adain(const float* x, float* y, int C, int T, const float* style, Activatio
                      stream, "adain_apply_kernel", args, scratch, parts);
 }
 
-void adain_half_rows(ConstFloatOrHalf x, __half* y, int C, int T, const float* style,
-                     Activation act, float act_slope, const float* alpha, HalfOperands form,
-                     double* scratch, cudaStream_t stream, ChannelPartials given) {
-    if (C == 0 || T == 0) return;
-    if (x.f16 != nullptr && given.parts == 0) {
-        throw CudaError("adain_half_rows: an FP16 input needs its producer's statistics partials");
-    }
-    const bool approx_sine = form == HalfOperands::kRounded;
-    const AdainArgs args{x.f32, nullptr, C, T, style, act, act_slope, alpha, false, approx_sine};
-    const int own_parts = stats_parts(T);
+namespace {
+// The ChannelApply of every channel into scratch (after its own partials,
+// see adain_scratch_doubles): from `given` (the producer's partials), else
+// from a statistics pass over x (fp32), which writes them itself where
+// the rows are one part.
+ChannelApply* channel_applies(const AdainArgs& args, double* scratch, cudaStream_t stream,
+                              ChannelPartials given) {
+    const int C = args.C, own_parts = stats_parts(args.T);
     const ChannelPartials stats = given.parts > 0 ? given : ChannelPartials{scratch, own_parts};
     auto* apply =
         reinterpret_cast<ChannelApply*>(scratch + apply_offset_doubles(C, own_parts));
@@ -523,8 +502,39 @@ void adain_half_rows(ConstFloatOrHalf x, __half* y, int C, int T, const float* s
                          dim3(kAdainThreads), 0, stream, "adain_finalize_kernel", args, stats.data,
                          stats.parts, apply);
     }
+    return apply;
+}
+
+AdainArgs half_rows_args(const float* x, int C, int T, const float* style, Activation act,
+                         float act_slope, const float* alpha, HalfOperands form) {
+    // Rounded operands take Snake's approximate sine (AdainArgs::approx_sine).
+    return {x, nullptr, C, T, style, act, act_slope, alpha, false,
+            form == HalfOperands::kRounded};
+}
+}  // namespace
+
+void adain_half_rows(ConstFloatOrHalf x, __half* y, int C, int T, const float* style,
+                     Activation act, float act_slope, const float* alpha, HalfOperands form,
+                     double* scratch, cudaStream_t stream, ChannelPartials given) {
+    if (C == 0 || T == 0) return;
+    if (x.f16 != nullptr && given.parts == 0) {
+        throw CudaError("adain_half_rows: an FP16 input needs its producer's statistics partials");
+    }
+    const AdainArgs args = half_rows_args(x.f32, C, T, style, act, act_slope, alpha, form);
+    const ChannelApply* apply = channel_applies(args, scratch, stream, given);
     __half* y_lo = form == HalfOperands::kSplit ? y + int64_t(T) * half_rows_pitch(C) : nullptr;
     adain_half_rows_launch(args, x, apply, y, y_lo, stream);
+}
+
+const ChannelApply* adain_apply(ChannelPartials given, int C, int T, const float* style,
+                                Activation act, float act_slope, const float* alpha,
+                                HalfOperands form, double* scratch, cudaStream_t stream) {
+    if (given.parts == 0) {
+        throw CudaError("adain_apply: needs the input's statistics partials (its producer's)");
+    }
+    if (C == 0 || T == 0) return nullptr;
+    return channel_applies(half_rows_args(nullptr, C, T, style, act, act_slope, alpha, form),
+                           scratch, stream, given);
 }
 
 }  // namespace kokoro::ops

@@ -13,9 +13,10 @@
 // costs its load, its transform, half a convert and half a shared store; the
 // tile goes through shared memory as half2 words (channel pair cp of step t
 // at word t * 32 + (cp ^ 4 (t % 8)): conflict-free both ways), and leaves as
-// 16-byte rows of 8 channels. x[c T + t] gives the input (a pointer, or
-// anything indexable: ops::ScaledSum, HalfSource); channel(r) gives the
-// transform of the tile's channel r, a callable float -> float (identity for
+// 16-byte rows of 8 channels. x[c pitch + t] gives the input (a pointer, or
+// anything indexable: ops::ScaledSum, HalfSource; pitch: source_pitch);
+// channel(r) gives the transform of the tile's channel r, a callable float
+// -> float (identity for
 // a plain conversion, AdaIN + activation in norm.cu). Split operands
 // (ops::HalfOperands::kSplit) also write lo = fp16(v - hi) to y_lo (null:
 // rounded only). Grid: half_rows_grid(C, T).
@@ -36,11 +37,20 @@ inline dim3 half_rows_grid(int C, int T) {
                 unsigned((ops::half_rows_pitch(C) + kHalfRowsTileC - 1) / kHalfRowsTileC));
 }
 
-// FP16 values as a write_half_rows source (ops::ConstFloatOrHalf's f16).
+// FP16 values as a write_half_rows source (ops::ConstFloatOrHalf's f16),
+// rows at ops::half_channels_pitch(T).
 struct HalfSource {
     const __half* p;
     __device__ float operator[](int64_t i) const { return __half2float(p[i]); }
 };
+// The row pitch of a source of T steps per channel: T, or an FP16 tensor's.
+template <typename Source>
+__device__ int source_pitch(const Source&, int T) {
+    return T;
+}
+__device__ inline int source_pitch(const HalfSource&, int T) {
+    return ops::half_channels_pitch(T);
+}
 
 // v as split FP16 operands (ops::HalfOperands::kSplit): hi = fp16(v), lo =
 // fp16(v - hi). Host too: the weights are split at upload.
@@ -73,8 +83,8 @@ __device__ void write_half_rows(const Source& x, __half* y, __half* y_lo, int C,
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int pair = warp * (32 / kLanesT) + lane / kLanesT, tl = lane % kLanesT;
     const int c = c0 + 2 * pair;
-    // Row c's steps t0 + tl + kLanesT i at at + kLanesT i (row c + 1: + T).
-    const int64_t at = int64_t(c) * T + t0 + tl;
+    // Row c's steps t0 + tl + kLanesT i at at + kLanesT i (row c + 1: + pitch).
+    const int64_t pitch = source_pitch(x, T), at = int64_t(c) * pitch + t0 + tl;
     const bool inside = c0 + kHalfRowsTileC <= C && t0 + kHalfRowsTileT <= T;
     float v[2][kSteps];
 #pragma unroll
@@ -82,7 +92,7 @@ __device__ void write_half_rows(const Source& x, __half* y, __half* y_lo, int C,
         const bool t_in = inside || t0 + tl + kLanesT * i < T;
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-            v[e][i] = t_in && (inside || c + e < C) ? x[at + e * int64_t(T) + kLanesT * i] : 0.f;
+            v[e][i] = t_in && (inside || c + e < C) ? x[at + e * pitch + kLanesT * i] : 0.f;
         }
     }
     const auto f0 = channel(2 * pair), f1 = channel(2 * pair + 1);

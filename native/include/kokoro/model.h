@@ -390,7 +390,9 @@ struct Context {
     // residual (a hidden that only the next AdaIN reads) leaves out the
     // conv's bias (that AdaIN removes each channel's mean, bias included;
     // the values stay nearer zero, where FP16's steps are finer); with one
-    // (a residual stream) it keeps it.
+    // (a residual stream) it keeps it. An FP16 x goes to the conv raw where
+    // its kernel takes one (ops::HalfInput: the conv applies the AdaIN + Snake
+    // as it loads its windows, the same operands without the pass).
     ops::ChannelPartials adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOrHalf y, int c_in,
                                       int c_out, int T,
                                       const std::string& fc_prefix, ops::Activation act,
@@ -401,8 +403,8 @@ struct Context {
                                       const char* y_stats_slot = nullptr,
                                       float out_scale = 1.f) const;
     // The tensor-core conv with weight `w` on half rows [t_in, ld] in w's
-    // form; y_stats_slot and out_scale as adain_conv1d's.
-    ops::ChannelPartials conv1d_half_rows(const DeviceWeights::HalfConv& w, const __half* rows,
+    // form (or a raw input); y_stats_slot and out_scale as adain_conv1d's.
+    ops::ChannelPartials conv1d_half_rows(const DeviceWeights::HalfConv& w, ops::HalfInput x,
                                           ops::FloatOrHalf y, int c_in, int c_out, int t_in,
                                           int kernel, int pad, int dilation, const float* b,
                                           ops::ConstFloatOrHalf residual,

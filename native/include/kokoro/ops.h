@@ -195,10 +195,16 @@ __host__ __device__ inline int half_rows_pitch(int C) { return (C + 7) / 8 * 8; 
 enum class HalfOperands { kRounded, kSplit };
 // FP16 parts stored per value.
 inline int half_parts(HalfOperands form) { return form == HalfOperands::kSplit ? 2 : 1; }
+// Row pitch of an FP16 channels-first tensor [C, T] (FloatOrHalf's f16): T
+// rounded up to 8, so that every row starts 16-byte aligned, as the TMA
+// copies of a conv's raw input (HalfInput) need. Columns T.. are never read
+// as values.
+__host__ __device__ inline int half_channels_pitch(int T) { return (T + 7) / 8 * 8; }
 // A channels-first tensor in fp32, or in FP16 where an AdaIN reads it next
-// (conv1d_half_rows writes it, adain_half_rows reads it with its producer's
-// statistics), perhaps also a conv's residual: half the bytes at FP16's
-// relative precision (fast precision's residual blocks, generator.cu). At
+// (conv1d_half_rows writes it, adain_half_rows or the next conv's window
+// loads read it with its producer's statistics), perhaps also a conv's
+// residual: half the bytes at FP16's relative precision (fast precision's
+// residual blocks, generator.cu); FP16 rows at half_channels_pitch(T). At
 // most one pointer is set (none: no tensor); a plain pointer converts.
 template <typename F, typename H>
 struct FloatOrHalfT {
@@ -314,6 +320,15 @@ struct ChannelPartials {
 void adain_half_rows(ConstFloatOrHalf x, __half* y, int C, int T, const float* style,
                      Activation act, float act_slope, const float* alpha, HalfOperands form,
                      double* scratch, cudaStream_t stream, ChannelPartials given = {});
+// The per-channel parameters adain_half_rows applies (channel_apply.cuh:
+// AdaIN's statistics and style affine, the activation's alpha), from x's
+// statistics partials as its producer wrote them, without the pass: for a
+// tensor-core conv that applies them as it loads x (HalfInput). Returns C
+// of them, in `scratch` (adain_scratch_doubles(C, T) doubles).
+struct ChannelApply;
+const ChannelApply* adain_apply(ChannelPartials given, int C, int T, const float* style,
+                                Activation act, float act_slope, const float* alpha,
+                                HalfOperands form, double* scratch, cudaStream_t stream);
 
 // ------------------------------------------------------------------ conv.cu
 // Host-side: a PyTorch conv weight [A, B, K] in the device layout [A, K, B]
@@ -335,8 +350,21 @@ void conv1d(cublasHandle_t handle, const float* x, const float* w, const float* 
 // where it writes none (every conv but the pointwise ones of few channels).
 int conv1d_stats_parts(int Cin, int Cout, int Tin, int K, int stride, int pad, int groups);
 int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation);
+// A tensor-core conv's input: half rows [Tin, half_rows_pitch(Cin)], or,
+// with `apply`, a raw FP16 channels-first tensor [Cin, Tin] (rows at
+// half_channels_pitch(Tin)) as a conv stored it, its AdaIN's parameters
+// (adain_apply, activation Snake, rounded operands): the conv's kernel
+// applies them to each window as it loads it, and its operands are the very
+// FP16 values adain_half_rows would have written (no pass, the same bits).
+// Where conv1d_takes_raw_input says so.
+struct HalfInput {
+    const __half* x = nullptr;
+    const ChannelApply* apply = nullptr;
+    HalfInput(const __half* rows) : x(rows) {}  // NOLINT(google-explicit-constructor)
+    HalfInput(const __half* raw, const ChannelApply* applied) : x(raw), apply(applied) {}
+};
 // Conv1d, dense, stride 1, K >= 2, on the tensor cores: x half rows [Tin,
-// ld] (ld = half_rows_pitch(Cin)), w FP16 [Cout, K, ld] as
+// ld] (ld = half_rows_pitch(Cin)) or a raw input (HalfInput), w FP16 [Cout, K, ld] as
 // conv_weight_to_half_rows stores it, with its w_scale; both operands in
 // `form`; fp32 accumulation; b, residual and y as conv1d, but residual may
 // be FP16 too (read as its values).
@@ -351,11 +379,16 @@ int conv1d_out_len(int Tin, int K, int stride, int pad, int dilation);
 // out_scale, rounded once more (an AdainResBlk1d's (residual + shortcut) /
 // sqrt(2)); the statistics are y's as stored. An FP16 y (more than 32
 // output channels) holds those values rounded.
-void conv1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b,
+void conv1d_half_rows(HalfInput x, const __half* w, float w_scale, const float* b,
                       FloatOrHalf y, int Cin, int Cout, int Tin, int K, int pad, int dilation,
                       ConstFloatOrHalf residual, HalfOperands form, float* scratch,
                       cudaStream_t stream, HalfKernel kernel = HalfKernel::kBest,
                       double* stats = nullptr, int streams = 1, float out_scale = 1.f);
+// Whether conv1d_half_rows (kernel kBest, these `streams`) takes a raw
+// input: the wgmma kernels, rounded operands, Cin a multiple of 64, 33 to
+// 128 output channels (one tile of them), a reduction not split over blocks.
+bool conv1d_takes_raw_input(int Cin, int Cout, int Tin, int K, int pad, int dilation,
+                            HalfOperands form, int streams = 1);
 int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int pad, int dilation,
                                         HalfOperands form, int streams = 1);
 // The statistics partials per channel conv1d_half_rows writes: one per time
