@@ -1021,11 +1021,10 @@ size_t wgmma_smem_bytes(int halo, int ld) {
 
 // kRawX: chunk c's raw input (the staging buffer: channel rows of box_rows
 // steps, window row r at step lead + r, window step 0 at input step `first`)
-// into the window as adain_half_rows would have written
-// it: each channel's AdaIN + Snake (ChannelApply, rounded operands' sine)
-// in fp32, rounded to FP16 pairs, rows outside [0, Tin) zero (the conv's
-// padding); channel pair p of row r at word p of the row in the 128-byte
-// swizzle. Unit u (a thread's, or two) is pair u / 32 * 4 + u % 32 / 8 at
+// into the window as adain_half_rows would have written it: each channel's
+// AdaIN + Snake (ChannelApply, rounded operands' sine) in fp32, rounded to
+// FP16 pairs, rows outside [0, Tin) zero (the conv's padding); channel pair
+// p of row r at word p of the row in the 128-byte swizzle. Unit u (a thread's, or two) is pair u / 32 * 4 + u % 32 / 8 at
 // rows u % 8 + 8 i: a warp's loads take 8 channel rows x 8 steps (32 banks
 // at box_rows 8 mod 16) and its stores 8 rows x 4 pairs (32 banks). apply:
 // the chunk's first channel's (in shared memory). The rows outside [0, Tin)
