@@ -123,7 +123,7 @@ constexpr int64_t kIm2colChunkFloats = int64_t(1) << 23;
 constexpr int64_t kTapChunkFloats = int64_t(1) << 21;
 constexpr int kAlignFloats = 4;  // 16 bytes
 
-int round_up(int n, int to) { return (n + to - 1) / to * to; }
+__host__ __device__ int round_up(int n, int to) { return (n + to - 1) / to * to; }
 
 bool conv1d_uses_gemm(int Cin, int K, int groups) {
     return groups == 1 && Cin * K >= kMinGemmReduction;
@@ -984,8 +984,7 @@ struct WindowBoxes {
         : copies((window_rows + 255) / 256),
           rows(copies == 1 ? window_rows : ((window_rows + copies - 1) / copies + 7) / 8 * 8) {}
     __host__ __device__ int halves() const {
-        return (copies * rows * kBK + kSwizzleAlign / 2 - 1) / (kSwizzleAlign / 2) *
-               (kSwizzleAlign / 2);
+        return round_up(copies * rows * kBK, kSwizzleAlign / 2);
     }
 };
 
@@ -1001,8 +1000,7 @@ __host__ __device__ inline int raw_box_rows(int window_rows) {
     return (window_rows + 7 + 7) / 16 * 16 + 8;
 }
 __host__ __device__ inline int raw_staging_halves(int window_rows) {
-    return (kBK * raw_box_rows(window_rows) + kSwizzleAlign / 2 - 1) / (kSwizzleAlign / 2) *
-           (kSwizzleAlign / 2);
+    return round_up(kBK * raw_box_rows(window_rows), kSwizzleAlign / 2);
 }
 
 // kRawX: one window and the raw input's staging buffer instead of two
@@ -1024,10 +1022,11 @@ size_t wgmma_smem_bytes(int halo, int ld) {
 // into the window as adain_half_rows would have written it: each channel's
 // AdaIN + Snake (ChannelApply, rounded operands' sine) in fp32, rounded to
 // FP16 pairs, rows outside [0, Tin) zero (the conv's padding); channel pair
-// p of row r at word p of the row in the 128-byte swizzle. Unit u (a thread's, or two) is pair u / 32 * 4 + u % 32 / 8 at
-// rows u % 8 + 8 i: a warp's loads take 8 channel rows x 8 steps (32 banks
-// at box_rows 8 mod 16) and its stores 8 rows x 4 pairs (32 banks). apply:
-// the chunk's first channel's (in shared memory). The rows outside [0, Tin)
+// p of row r at word p of the row in the 128-byte swizzle. Unit u (a
+// thread's, or two) is pair u / 32 * 4 + u % 32 / 8 at rows u % 8 + 8 i: a
+// warp's loads take 8 channel rows x 8 steps (32 banks at box_rows 8 mod
+// 16) and its stores 8 rows x 4 pairs (32 banks). apply: the chunk's first
+// channel's (in shared memory). The rows outside [0, Tin)
 // come from TMA as zeros, transformed like the others and then dropped: no
 // branch per row.
 template <int kThreads>
@@ -1114,7 +1113,8 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
     extern __shared__ uint4 smem_vec[];
     __half* const w_smem = swizzle_aligned(smem_vec);
     __half* const win_smem = w_smem + kStages * kWeightStageHalves<kN>;
-    const WindowBoxes boxes(kTile + a.dilation * (a.K - 1));
+    const int window_rows = kTile + a.dilation * (a.K - 1);
+    const WindowBoxes boxes(window_rows);
     const BlockRows<kPhases, kN> block_rows(a);
     const int t0 = blockIdx.x * kTile;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -1129,7 +1129,6 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
     // kRawX: chunk c's raw input into the staging buffer (thread 0), and
     // from there into the window (every thread, once it has landed).
     [[maybe_unused]] __half* const staging = win_smem + boxes.halves();
-    [[maybe_unused]] const int window_rows = kTile + a.dilation * (a.K - 1);
     // (every input channel's ChannelApply, copied in once: no load latency
     // in a transform)
     [[maybe_unused]] auto* const applies =

@@ -16,8 +16,8 @@
 // 16-byte rows of 8 channels. x[c pitch + t] gives the input (a pointer, or
 // anything indexable: ops::ScaledSum, HalfSource; pitch: source_pitch);
 // channel(r) gives the transform of the tile's channel r, a callable float
-// -> float (identity for
-// a plain conversion, AdaIN + activation in norm.cu). Split operands
+// -> float (identity for a plain conversion, AdaIN + activation in
+// norm.cu). Split operands
 // (ops::HalfOperands::kSplit) also write lo = fp16(v - hi) to y_lo (null:
 // rounded only). Grid: half_rows_grid(C, T).
 #pragma once

@@ -364,10 +364,10 @@ struct HalfInput {
     HalfInput(const __half* raw, const ChannelApply* applied) : x(raw), apply(applied) {}
 };
 // Conv1d, dense, stride 1, K >= 2, on the tensor cores: x half rows [Tin,
-// ld] (ld = half_rows_pitch(Cin)) or a raw input (HalfInput), w FP16 [Cout, K, ld] as
-// conv_weight_to_half_rows stores it, with its w_scale; both operands in
-// `form`; fp32 accumulation; b, residual and y as conv1d, but residual may
-// be FP16 too (read as its values).
+// ld] (ld = half_rows_pitch(Cin)) or a raw input (HalfInput), w FP16 [Cout,
+// K, ld] as conv_weight_to_half_rows stores it, with its w_scale; both
+// operands in `form`; fp32 accumulation; b, residual and y as conv1d, but
+// residual may be FP16 too (read as its values).
 // `scratch`: conv1d_half_rows_scratch_floats(...) floats (partial sums where
 // the reduction is split over blocks; 0: may be null).
 // `kernel`: HalfKernel above. `stats` (may be null): the epilogue also
