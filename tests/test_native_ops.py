@@ -492,6 +492,7 @@ FAST_CONV1D_CASES = [
     (128, 22, 30011, 7, 3, 1),  # conv_post on wide time tiles
     (1090, 20, 33, 3, 1, 1),  # narrow tile, reduction split
     (128, 128, 34001, 7, 9, 3),  # wide time tiles (enough of them for every SM twice)
+    (64, 48, 34001, 2, 1, 1),  # wide tiles, K = 2 (wgmma: no MMAs left in flight)
     (256, 256, 20011, 3, 1, 1),  # wide tiles, two Cout tiles
     (64, 40, 34001, 7, 90, 30),  # wide tiles, windows of 308 steps: two TMA boxes (wgmma)
     (64, 136, 1500, 5, 200, 100),  # 64-step tiles, windows of 464 steps: two boxes

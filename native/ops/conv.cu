@@ -36,8 +36,10 @@
 // - 1) is copied to shared memory once and every tap reads its shifted
 // operand from it; the weight tile W[m0 : m0 + 128, k, ci0 : ci0 + 64]
 // streams per step. Three weight stages and two windows pipeline the copies
-// behind the MMAs; every ldmatrix is conflict-free (mma.sync's 144-byte
-// rows; wgmma's 128-byte rows in its swizzle, as TMA writes them).
+// behind the MMAs (the wgmma conv1d's wide tile: four stages, each step's
+// MMAs left in flight over the next step's barrier and copies); every
+// ldmatrix is conflict-free (mma.sync's 144-byte rows; wgmma's 128-byte rows
+// in its swizzle, as TMA writes them).
 // kBN is 128, or 64 where 128 would not give every SM two blocks; where even
 // that leaves SMs idle (short inputs, the decoder's 1090-channel convs on few
 // frames), the reduction chunks are split over blocks that write partial
@@ -557,17 +559,20 @@ __device__ void load_weights(__half* dst, const ConvArgs& a, const BlockRows<kPh
 // The reduction walk of one block: steps (chunk c, tap k), chunks outer,
 // taps inner, over this split's chunks (kInBlock: over all of them, the
 // splits kept apart by compute). cp.async group s holds step s's
-// weight tile (stage s % 3; the wgmma conv1d's comes by TMA on its own
+// weight tile (stage s % kDepth; the wgmma conv1d's comes by TMA on its own
 // barrier) and, when s opens a chunk, its window (buffer c % 2; the wgmma
 // kernels' by TMA):
 // issue(c, k, stage) issues them. compute(stage, buffer, k, c) runs
 // step s once group s has landed for every thread; the barrier before it
-// also frees stage (s + 2) % 3 and window (c + 1) % 2 (last read by steps
-// <= s - 1), which step s + 2 then refills. Steps 0 and 1 are issued up
-// front (K >= 2: step 1 never opens a chunk). kAsyncProxy: compute reads
-// shared memory through the async proxy (wgmma), which must be fenced
-// against the copies.
-template <bool kAsyncProxy, bool kInBlock = false, class Issue, class Compute>
+// also frees stage (s + 2) % kDepth and window (c + 1) % 2, which step s + 2
+// then refills: with three stages their last readers are steps <= s - 1,
+// whose MMAs compute has waited for; with four, steps <= s - 2, whose MMAs
+// compute may leave in flight for one step (for the window, K >= 3). Steps 0
+// and 1 are issued up front (K >= 2: step 1 never opens a chunk).
+// kAsyncProxy: compute reads shared memory through the async proxy (wgmma),
+// which must be fenced against the copies.
+template <bool kAsyncProxy, bool kInBlock = false, int kDepth = kStages, class Issue,
+          class Compute>
 __device__ void reduction_pipeline(const ConvArgs& a, Issue issue, Compute compute) {
     const int all = reduction_chunks(a.ld, a.x_lo != nullptr);
     const int c_first = kInBlock ? 0 : int(blockIdx.z) * a.chunks_per_split;
@@ -587,9 +592,9 @@ __device__ void reduction_pipeline(const ConvArgs& a, Issue issue, Compute compu
             next_k = 0;
             ++next_c;
         }
-        if (s + 2 < steps) issue(next_c, next_k, (s + 2) % kStages);
+        if (s + 2 < steps) issue(next_c, next_k, (s + 2) % kDepth);
         cp_async_commit();
-        compute(s % kStages, c % 2, k, c);
+        compute(s % kDepth, c % 2, k, c);
         if (++k == a.K) {
             k = 0;
             ++c;
@@ -969,7 +974,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
 // swizzle (weight_map: one thread's instruction per tile instead of four
 // cp.async per thread, -7% on a batch). Each step's wgmmas are waited for
 // before the next barrier, so a stage is free once the barrier passes;
-// other warpgroups on the SM fill the tensor cores meanwhile.
+// other warpgroups on the SM fill the tensor cores meanwhile. A conv1d's
+// wide tile (kInFlightStages) instead reads A from the window by descriptor
+// too (the tap a shift of the start row) and leaves each step's wgmmas in
+// flight while the next step passes its barrier and waits for its copies
+// (+3% on a batch).
 constexpr int kWgmmaThreadsPerGroup = 128;
 template <int kN>
 constexpr int kWeightStageHalves = kN * kBK;  // 16 KB at kN 128
@@ -1005,7 +1014,7 @@ __host__ __device__ inline int raw_staging_halves(int window_rows) {
 
 // kRawX: one window and the raw input's staging buffer instead of two
 // windows, then the ld input channels' ChannelApply.
-template <int kGroups, int kN, bool kRawX = false>
+template <int kGroups, int kN, bool kRawX = false, int kDepth = kStages>
 size_t wgmma_smem_bytes(int halo, int ld) {
     const int rows = 64 * kGroups + halo;
     const WindowBoxes boxes(rows);
@@ -1014,8 +1023,14 @@ size_t wgmma_smem_bytes(int halo, int ld) {
     const size_t applies = kRawX ? sizeof(ChannelApply) * size_t(ld) : 0;
     return std::max(staged_tile_bytes<64 * kGroups, kN>(),
                     kSwizzleAlign + applies +
-                        sizeof(__half) * (size_t(kStages) * kWeightStageHalves<kN> + windows));
+                        sizeof(__half) * (size_t(kDepth) * kWeightStageHalves<kN> + windows));
 }
+
+// Weight stages of the wgmma kernels: kStages, or four where each step's
+// MMAs stay in flight over the next step's barrier and copies (a stage is
+// then refilled two steps after its last reader, which the wait one step
+// later has seen done).
+constexpr int kInFlightStages = 4;
 
 // kRawX: chunk c's raw input (the staging buffer: channel rows of box_rows
 // steps, window row r at step lead + r, window step 0 at input step `first`)
@@ -1078,8 +1093,10 @@ __device__ void wgmma_m64k16(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_
 // its channels' parameters, x_map its raw map; every chunk's window made
 // by the block from its staged copy (transform_window), the next chunk's
 // while the chunk's last step's MMAs run.
+// kDepth: weight stages; kInFlightStages for MMAs in flight (a conv1d's
+// wide tile of two warpgroups).
 template <int kGroups, bool kPhases, int kN, bool kInBlock = false, bool kHalfOut = false,
-          bool kRawX = false>
+          bool kRawX = false, int kDepth = kStages>
 __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
                                   kGroups == 1 ? 3 : (kInBlock ? 1 : 2))
     conv1d_wgmma_kernel(const ConvArgs a, const __grid_constant__ CUtensorMap w_map,
@@ -1096,13 +1113,16 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
     // w_map unused.
     // The windows come by TMA too (window_map: every kernel), on a barrier
     // per window buffer that the chunk's first step waits on.
-    __shared__ uint64_t weights_landed[kStages];
+    constexpr bool kInFlight = kDepth == kInFlightStages;
+    static_assert(!kInFlight || (kGroups == 2 && !kPhases && kN == kCoutTile),
+                  "MMAs in flight: a conv1d's wide tile of two warpgroups");
+    __shared__ uint64_t weights_landed[kDepth];
     __shared__ uint64_t window_landed[2];  // kRawX: [0] the staging buffer's
     uint32_t parities = 0;         // bit s: the parity of stage s's next phase
     uint32_t window_parities = 0;  // bit b: the same for window buffer b
     if (threadIdx.x == 0) {
         if constexpr (!kPhases) {
-            for (int s = 0; s < kStages; ++s) mbarrier_init(&weights_landed[s], 1);
+            for (int s = 0; s < kDepth; ++s) mbarrier_init(&weights_landed[s], 1);
         }
         for (int b = 0; b < 2; ++b) mbarrier_init(&window_landed[b], 1);
         fence_mbarrier_init();
@@ -1112,7 +1132,7 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
     constexpr int kThreads = kGroups * kWgmmaThreadsPerGroup;
     extern __shared__ uint4 smem_vec[];
     __half* const w_smem = swizzle_aligned(smem_vec);
-    __half* const win_smem = w_smem + kStages * kWeightStageHalves<kN>;
+    __half* const win_smem = w_smem + kDepth * kWeightStageHalves<kN>;
     const int window_rows = kTile + a.dilation * (a.K - 1);
     const WindowBoxes boxes(window_rows);
     const BlockRows<kPhases, kN> block_rows(a);
@@ -1152,7 +1172,7 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
         auto* to = reinterpret_cast<float4*>(applies);
         for (int i = int(threadIdx.x); i < a.ld * kVecs; i += kThreads) to[i] = from[i];
     }
-    reduction_pipeline<true, kInBlock>(
+    reduction_pipeline<true, kInBlock, kDepth>(
         a,
         [&](int c, int k, int stage) {
             __half* const w_stage = w_smem + stage * kWeightStageHalves<kN>;
@@ -1186,6 +1206,7 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
             if constexpr (kRawX) {
                 if (c == 0 && k == 0) {
                     make_window(0);
+                    fence_async_proxy();  // (wgmma reads it by descriptor)
                     __syncthreads();
                 }
                 // The staging buffer is free (chunk c's window is made).
@@ -1194,43 +1215,79 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
                 mbarrier_wait(&window_landed[buffer], (window_parities >> buffer) & 1);
                 window_parities ^= 1u << buffer;
             }
-            const int r = a_row + k * a.dilation;
-            const __half* as = win_smem + (kRawX ? 0 : buffer) * boxes.halves() + r * kBK;
-            uint32_t af[kBK / 16][4];
-#pragma unroll
-            for (int kk = 0; kk < kBK / 16; ++kk) {
-                ldmatrix_x4(af[kk], as + ((2 * kk + a_piece) ^ (r % 8)) * 8);
-            }
-            // Advancing K by 16 halves is +32 bytes inside the swizzled rows.
+            // kInFlight: A by descriptor, the warpgroup's 64 rows of the window
+            // shifted by the tap, and the MMAs left in flight; but a raw
+            // input's step under which the next chunk's window is made takes A
+            // by ldmatrix (the window is rewritten while its MMAs run) and
+            // waits for them. Advancing K by 16 halves is +32 bytes inside the
+            // swizzled rows.
+            const bool makes_window = kRawX && k == a.K - 1 && c + 1 < chunks;
+            const bool a_by_descriptor = kInFlight && !makes_window;
+            const __half* const window = win_smem + (kRawX ? 0 : buffer) * boxes.halves();
             const uint32_t b_addr = smem_addr(w_smem + stage * kWeightStageHalves<kN>);
-            wgmma_fence();
-            fence_accumulators(d);
+            uint32_t af[kBK / 16][4];
+            if (!a_by_descriptor) {
+                const int r = a_row + k * a.dilation;
 #pragma unroll
-            for (int kk = 0; kk < kBK / 16; ++kk) {
-                wgmma_m64k16<kN>(d, af[kk], swizzled_descriptor(b_addr + kk * 32));
-            }
-            wgmma_commit();
-            if constexpr (kRawX) {
-                // The next chunk's window, under this step's MMAs, once every
-                // warp has its fragments of this one.
-                if (k == a.K - 1 && c + 1 < chunks) {
-                    __syncthreads();
-                    make_window(c + 1);
+                for (int kk = 0; kk < kBK / 16; ++kk) {
+                    ldmatrix_x4(af[kk], window + r * kBK + ((2 * kk + a_piece) ^ (r % 8)) * 8);
                 }
             }
-            wgmma_wait<0>();
+            wgmma_fence();
             fence_accumulators(d);
-            if constexpr (kInBlock) {
-                if (k == a.K - 1 && ((c + 1) % a.chunks_per_split == 0 || c + 1 == chunks)) {
+            if constexpr (kInFlight) {
+                if (a_by_descriptor) {
+                    const uint32_t a_addr =
+                        smem_addr(window + (warp / 4 * 64 + k * a.dilation) * kBK);
+#pragma unroll
+                    for (int kk = 0; kk < kBK / 16; ++kk) {
+                        wgmma_m64n128k16(d, swizzled_descriptor(a_addr + kk * 32),
+                                         swizzled_descriptor(b_addr + kk * 32));
+                    }
+                }
+            }
+            if (!a_by_descriptor) {
+#pragma unroll
+                for (int kk = 0; kk < kBK / 16; ++kk) {
+                    wgmma_m64k16<kN>(d, af[kk], swizzled_descriptor(b_addr + kk * 32));
+                }
+            }
+            wgmma_commit();
+            if (makes_window) {
+                // The next chunk's window, under this step's MMAs, once every
+                // warp has its fragments of this one (kInFlight: and the step
+                // before, which read it by descriptor, is done).
+                if constexpr (kInFlight) wgmma_wait<1>();
+                __syncthreads();
+                make_window(c + 1);
+            }
+            // The MMAs stay in flight (kInFlight, A by descriptor) but where
+            // the sums are read (kInBlock: a split's end) or a window would be
+            // refilled before the step after next has waited for them (K 2).
+            const bool split_end =
+                kInBlock && k == a.K - 1 && ((c + 1) % a.chunks_per_split == 0 || c + 1 == chunks);
+            if (split_end) {
+                wgmma_wait<0>();
+                fence_accumulators(d);
+                if constexpr (kInBlock) {
 #pragma unroll
                     for (int i = 0; i < kN / 2; ++i) {
                         total[i] += d[i];
                         d[i] = 0.f;
                     }
                 }
+            } else if (a_by_descriptor && a.K >= 3) {
+                wgmma_wait<1>();
+            } else {
+                wgmma_wait<0>();
             }
+            fence_accumulators(d);
         });
 
+    if constexpr (kInFlight) {
+        wgmma_wait<0>();
+        fence_accumulators(d);
+    }
     // d[4 j + 2 h + e]: time row 16 w + g + 8 h, channel 8 j + 2 tq + e.
     float* const tile = staged_tile(smem_vec);
     const int g = lane / 4, tq = lane % 4;
@@ -1329,18 +1386,27 @@ bool has_phases(const ConvArgs& a) { return a.phases > 1 || a.y_left > 0; }
 
 // What the plan and the launch need of the current GPU, queried once per conv.
 struct Gpu {
-    int sms, smem_optin;
+    int sms, smem_optin, smem_per_sm;
     bool wgmma;  // device_runs_wgmma()
 };
 
 Gpu current_gpu() {
     int device = 0;
-    Gpu g{0, 0, device_runs_wgmma()};
+    Gpu g{0, 0, 0, device_runs_wgmma()};
     KOKORO_CUDA_CHECK(cudaGetDevice(&device));
     KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&g.sms, cudaDevAttrMultiProcessorCount, device));
     KOKORO_CUDA_CHECK(
         cudaDeviceGetAttribute(&g.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&g.smem_per_sm,
+                                             cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
     return g;
+}
+
+// Whether two blocks of `smem` bytes of dynamic shared memory fit an SM
+// (each with up to 1 KB of static share, and the 1 KB the SM reserves per
+// block).
+bool two_blocks_fit(const Gpu& gpu, size_t smem) {
+    return 2 * (smem + 2048) <= size_t(gpu.smem_per_sm);
 }
 
 // The launch shape: the wide time tile (128) where it gives every SM two
@@ -1495,16 +1561,33 @@ void launch_mapped(const Gpu& gpu, const Plan& p, HalfKernel which, const ConvAr
                                             : window_map(a, WindowBoxes(p.tile + halo).rows);
             if constexpr (!kPhases && kN == kCoutTile && !kRawX) {
                 if (p.in_block) {
-                    return launch(conv1d_wgmma_kernel<2, false, kN, true, kHalfOut>,
-                                  "conv1d_wgmma_kernel", wgmma_smem_bytes<2, kN>(halo, a.ld),
+                    return launch(conv1d_wgmma_kernel<2, false, kN, true, kHalfOut, false,
+                                                      kInFlightStages>,
+                                  "conv1d_wgmma_kernel",
+                                  wgmma_smem_bytes<2, kN, false, kInFlightStages>(halo, a.ld),
                                   2 * kWgmmaThreadsPerGroup, gpu, p, a, stream, w_map, x_map,
                                   x_apply);
                 }
             }
             if (p.tile == 128) {
-                launch(conv1d_wgmma_kernel<2, kPhases, kN, false, kHalfOut, kRawX>,
-                       "conv1d_wgmma_kernel", wgmma_smem_bytes<2, kN, kRawX>(halo, a.ld),
-                       2 * kWgmmaThreadsPerGroup, gpu, p, a, stream, w_map, x_map, x_apply);
+                // A conv1d's wide tile keeps its MMAs in flight; with a raw
+                // input, where two blocks per SM still fit (its staging buffer
+                // beside the fourth weight stage: not at the k11 d5 halo).
+                constexpr bool kWide = !kPhases && kN == kCoutTile;
+                if constexpr (kWide) {
+                    const size_t smem = wgmma_smem_bytes<2, kN, kRawX, kInFlightStages>(halo, a.ld);
+                    if (!kRawX || two_blocks_fit(gpu, smem)) {
+                        return launch(conv1d_wgmma_kernel<2, false, kN, false, kHalfOut, kRawX,
+                                                          kInFlightStages>,
+                                      "conv1d_wgmma_kernel", smem, 2 * kWgmmaThreadsPerGroup, gpu,
+                                      p, a, stream, w_map, x_map, x_apply);
+                    }
+                }
+                if constexpr (!kWide || kRawX) {
+                    launch(conv1d_wgmma_kernel<2, kPhases, kN, false, kHalfOut, kRawX>,
+                           "conv1d_wgmma_kernel", wgmma_smem_bytes<2, kN, kRawX>(halo, a.ld),
+                           2 * kWgmmaThreadsPerGroup, gpu, p, a, stream, w_map, x_map, x_apply);
+                }
             } else {
                 launch(conv1d_wgmma_kernel<1, kPhases, kN, false, kHalfOut, kRawX>,
                        "conv1d_wgmma_kernel", wgmma_smem_bytes<1, kN, kRawX>(halo, a.ld),
