@@ -625,7 +625,7 @@ template <typename Conv>
 py::tuple conv_out(int Cout, int Tout, int parts, const DeviceArray<double>& stats,
                    bool half_out, Conv conv) {
     if (half_out) {
-        auto y16 = DeviceArray<__half>::poisoned(int64_t(Cout) * ops::half_channels_pitch(Tout));
+        auto y16 = DeviceArray<__half>::poisoned(ops::half_channels_values(Cout, Tout));
         conv(y16.get());
         return py::make_tuple(download_half_channels(y16, Cout, Tout),
                               stats.download({Cout, parts, ops::kPartialDoubles}));
@@ -635,6 +635,24 @@ py::tuple conv_out(int Cout, int Tout, int parts, const DeviceArray<double>& sta
     return py::make_tuple(y.download({Cout, Tout}),
                           stats.download({Cout, parts, ops::kPartialDoubles}));
 }
+
+// A tensor-core conv's residual [Cout, Tout] on the device (none: null), as
+// fp32 or (half) as the engine's FP16 channels (upload_half_channels).
+struct DeviceResidual {
+    OptionalDevice f32;
+    std::optional<DeviceArray<__half>> f16;
+    DeviceResidual(const OptionalFloat& residual, bool half, const char* fn, int Cout, int Tout)
+        : f32(half ? OptionalFloat() : residual) {
+        require(!residual || (residual->ndim() == 2 && dim(*residual, 0) == Cout &&
+                              dim(*residual, 1) == Tout),
+                std::string(fn) + ": residual must be [Cout, Tout]");
+        require(!half || residual, std::string(fn) + ": residual_half needs a residual");
+        if (half) f16.emplace(upload_half_channels(*residual));
+    }
+    ops::ConstFloatOrHalf get() const {
+        return f16 ? ops::ConstFloatOrHalf(f16->get()) : ops::ConstFloatOrHalf(f32.get());
+    }
+};
 
 // A conv with its statistics partials of y: (y [Cout, Tout], partials [Cout,
 // parts, 3] float64): the tensor-core conv ("fp16" / "fp16x3" maths), y =
@@ -653,11 +671,8 @@ py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalF
     require(dim(w, 1) == Cin, "conv1d_stats: w does not match x");
     const int Tout = ops::conv1d_out_len(Tin, K, 1, pad, dilation);
     require(Tout > 0, "conv1d_stats: input too short");
-    require(!residual || (residual->ndim() == 2 && dim(*residual, 0) == Cout &&
-                          dim(*residual, 1) == Tout),
-            "conv1d_stats: residual must be [Cout, Tout]");
-    require(!residual_half || residual, "conv1d_stats: residual_half needs a residual");
-    OptionalDevice db(b), dres(residual_half ? OptionalFloat() : residual);
+    const DeviceResidual res(residual, residual_half, "conv1d_stats", Cout, Tout);
+    OptionalDevice db(b);
     const std::optional<HalfMath> hm = half_math(math);
     if (!hm) {
         require(!half_out && !residual_half,
@@ -670,7 +685,8 @@ py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalF
         DFloat dx = DFloat::from(x), dw = conv_weight(w);
         DFloat y = DFloat::poisoned(int64_t(Cout) * Tout);
         ops::conv1d(context().blas, dx.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K, 1,
-                    pad, dilation, 1, dres.get(), nullptr, stream(), gemm_math(math), stats.get());
+                    pad, dilation, 1, res.f32.get(), nullptr, stream(), gemm_math(math),
+                    stats.get());
         return py::make_tuple(y.download({Cout, Tout}),
                               stats.download({Cout, parts, ops::kPartialDoubles}));
     }
@@ -680,12 +696,8 @@ py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalF
     auto stats = DeviceArray<double>::poisoned(int64_t(Cout) * parts * ops::kPartialDoubles);
     double* const stats_out = parts > 0 ? stats.get() : nullptr;
     const HalfConv conv(x, w, pad, dilation, *hm);
-    std::optional<DeviceArray<__half>> dres16;
-    if (residual_half) dres16.emplace(upload_half_channels(*residual));
-    const ops::ConstFloatOrHalf res =
-        residual_half ? ops::ConstFloatOrHalf(dres16->get()) : ops::ConstFloatOrHalf(dres.get());
     return conv_out(Cout, Tout, parts, stats, half_out, [&](ops::FloatOrHalf y) {
-        conv(db.get(), y, res, stats_out, out_scale);
+        conv(db.get(), y, res.get(), stats_out, out_scale);
     });
 }
 
@@ -709,10 +721,7 @@ py::tuple conv1d_raw(const FloatArray& x, const DoubleArray& partials, const Flo
             "conv1d_raw: partials must be [Cin, parts > 0, 3]");
     const int Tout = ops::conv1d_out_len(Tin, K, 1, pad, dilation);
     require(Tout > 0 && K >= 2, "conv1d_raw: K >= 2 and an input long enough");
-    require(!residual || (residual->ndim() == 2 && dim(*residual, 0) == Cout &&
-                          dim(*residual, 1) == Tout),
-            "conv1d_raw: residual must be [Cout, Tout]");
-    require(!residual_half || residual, "conv1d_raw: residual_half needs a residual");
+    const DeviceResidual res(residual, residual_half, "conv1d_raw", Cout, Tout);
     const ops::HalfOperands form = ops::HalfOperands::kRounded;
     require(ops::conv1d_takes_raw_input(Cin, Cout, Tin, K, pad, dilation, form),
             "conv1d_raw: this conv cannot take a raw input here (conv1d_takes_raw_input)");
@@ -721,11 +730,7 @@ py::tuple conv1d_raw(const FloatArray& x, const DoubleArray& partials, const Flo
     const DFloat ds = DFloat::from(style), da = DFloat::from(alpha);
     DeviceArray<double> adain_scratch(ops::adain_scratch_doubles(Cin, Tin));
     const HalfWeight hw = conv_weight_half(w, form);
-    OptionalDevice db(b), dres(residual_half ? OptionalFloat() : residual);
-    std::optional<DeviceArray<__half>> dres16;
-    if (residual_half) dres16.emplace(upload_half_channels(*residual));
-    const ops::ConstFloatOrHalf res =
-        residual_half ? ops::ConstFloatOrHalf(dres16->get()) : ops::ConstFloatOrHalf(dres.get());
+    OptionalDevice db(b);
     const int parts = ops::conv1d_half_rows_stats_parts(Cin, Cout, Tin, K, pad, dilation, form);
     auto stats = DeviceArray<double>::poisoned(int64_t(Cout) * parts * ops::kPartialDoubles);
     const ops::ChannelApply* apply =
@@ -734,7 +739,7 @@ py::tuple conv1d_raw(const FloatArray& x, const DoubleArray& partials, const Flo
                          stream());
     return conv_out(Cout, Tout, parts, stats, half_out, [&](ops::FloatOrHalf y) {
         ops::conv1d_half_rows(ops::HalfInput(x16.get(), apply), hw.w.get(), hw.scale, db.get(), y,
-                              Cin, Cout, Tin, K, pad, dilation, res, form, nullptr, stream(),
+                              Cin, Cout, Tin, K, pad, dilation, res.get(), form, nullptr, stream(),
                               ops::HalfKernel::kBest, stats.get());
     });
 }

@@ -76,9 +76,11 @@ public:
           T_(T),
           kernel_(kernel),
           dilations_(dilations),
-          hidden_(ctx.fast ? ops::FloatOrHalf(ctx.halves("resblock.hidden", half_values(C, T)))
+          hidden_(ctx.fast ? ops::FloatOrHalf(
+                                 ctx.halves("resblock.hidden", ops::half_channels_values(C, T)))
                            : ops::FloatOrHalf(ctx.floats("resblock.hidden", int64_t(C) * T))),
-          stream_(ctx.fast ? ctx.halves("resblock.stream", half_values(C, T)) : nullptr),
+          stream_(ctx.fast ? ctx.halves("resblock.stream", ops::half_channels_values(C, T))
+                           : nullptr),
           in_(x),
           in_stats_(x_stats) {}
     int steps() const { return 2 * static_cast<int>(dilations_.size()); }
@@ -105,8 +107,6 @@ public:
     }
 
 private:
-    // An FP16 [C, T]'s values with its row padding (ops::half_channels_pitch).
-    static int64_t half_values(int C, int T) { return int64_t(C) * ops::half_channels_pitch(T); }
     Context ctx_;
     std::string prefix_;
     float* out_;

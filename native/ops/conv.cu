@@ -1402,11 +1402,14 @@ Gpu current_gpu() {
     return g;
 }
 
+// A bound on the wgmma kernels' static shared memory (their TMA barriers),
+// for plans made before the kernel is named (launch reads the kernel's own).
+constexpr size_t kStaticShareBound = 1024;
+
 // Whether two blocks of `smem` bytes of dynamic shared memory fit an SM
-// (each with up to 1 KB of static share, and the 1 KB the SM reserves per
-// block).
+// (each with its static share, and the 1 KB the SM reserves per block).
 bool two_blocks_fit(const Gpu& gpu, size_t smem) {
-    return 2 * (smem + 2048) <= size_t(gpu.smem_per_sm);
+    return 2 * (smem + kStaticShareBound + 1024) <= size_t(gpu.smem_per_sm);
 }
 
 // The launch shape: the wide time tile (128) where it gives every SM two
@@ -1849,7 +1852,7 @@ bool takes_raw_input(const HalfCall& c, HalfKernel kernel) {
            !igemm::has_phases(a) && c.plan.splits == 1 && a.Cout > igemm::kNarrowCoutTile &&
            igemm::row_tiles(a) == 1 && a.ld % igemm::kBK == 0 &&
            igemm::raw_box_rows(window_rows) <= 256 &&
-           smem + 1024 <= size_t(c.gpu.smem_optin);  // (1 KB: the kernel's static share)
+           smem + igemm::kStaticShareBound <= size_t(c.gpu.smem_optin);
 }
 
 void run(HalfCall c, HalfInput x, const __half* w, float w_scale, const float* b,

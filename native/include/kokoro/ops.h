@@ -200,6 +200,8 @@ inline int half_parts(HalfOperands form) { return form == HalfOperands::kSplit ?
 // copies of a conv's raw input (HalfInput) need. Columns T.. are never read
 // as values.
 __host__ __device__ inline int half_channels_pitch(int T) { return (T + 7) / 8 * 8; }
+// The values such a tensor [C, T] holds, its row padding included.
+inline int64_t half_channels_values(int C, int T) { return int64_t(C) * half_channels_pitch(T); }
 // A channels-first tensor in fp32, or in FP16 where an AdaIN reads it next
 // (conv1d_half_rows writes it, adain_half_rows or the next conv's window
 // loads read it with its producer's statistics), perhaps also a conv's
