@@ -771,8 +771,14 @@ def test_conv1d_half_residual(
     assert not np.array_equal(got, conv(residual)[0])  # the residual's rounding is seen
 
 
-# Raw inputs: the wide (128-step) tile, k7 d3; the narrow one, k11 d5 over 256 input channels.
-RAW_INPUT_CASES = [(128, 128, 34001, 7, 9, 3), (256, 128, 20000, 11, 25, 5)]
+# Raw inputs: the wide (128-step) tile, k7 d3 (wgmma: MMAs in flight, four weight stages) and k11 d5
+# (three stages: a fourth would not leave two blocks per SM); the narrow one, k11 d5 over 256 input
+# channels.
+RAW_INPUT_CASES = [
+    (128, 128, 34001, 7, 9, 3),
+    (128, 128, 34001, 11, 25, 5),
+    (256, 128, 20000, 11, 25, 5),
+]
 
 
 @pytest.mark.parametrize("residual_half", [False, True])
