@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -554,11 +555,13 @@ ops::GemmMath gemm_math(const std::string& math) {
 
 // The input of the fp16 paths: x uploaded and converted to half rows
 // (through LeakyReLU(leaky_slope) where it is not 1).
+// The buffer holds at least `capacity` rows (more than T: the rest poisoned).
 DeviceArray<__half> half_rows_input(const FloatArray& x, ops::HalfOperands form,
-                                    float leaky_slope = 1.f) {
+                                    float leaky_slope = 1.f, int capacity = 0) {
     const int C = dim(x, 0), T = dim(x, 1);
     DFloat dx = DFloat::from(x);
-    DeviceArray<__half> rows(int64_t(ops::half_parts(form)) * T * ops::half_rows_pitch(C));
+    auto rows = DeviceArray<__half>::poisoned(int64_t(ops::half_parts(form)) *
+                                             std::max(T, capacity) * ops::half_rows_pitch(C));
     ops::to_half_rows(dx.get(), rows.get(), C, T, form, stream(), leaky_slope);
     KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream()));  // before dx goes
     return rows;
@@ -617,6 +620,23 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
     ops::conv1d(context().blas, dx.get(), dw.get(), db.get(), y.get(), Cin, Cout, Tin, K, stride,
                 pad, dilation, groups, res_ptr, scratch.get(), stream(), gemm_math(math));
     return y.download({Cout, Tout});
+}
+
+// ops::conv1x1_half_rows (the fast decoder's block shortcuts): x [Cin, T]
+// rounded into half rows, w [Cout, Cin, 1] as the engine uploads it; y [Cout,
+// T] as its FP16 values.
+py::array_t<float> conv1x1_half(const FloatArray& x, const FloatArray& w) {
+    require_ndim(x, 2, "x");
+    require_ndim(w, 3, "w");
+    const int Cin = dim(x, 0), T = dim(x, 1), Cout = dim(w, 0);
+    require(dim(w, 1) == Cin && dim(w, 2) == 1, "conv1x1_half: w must be [Cout, Cin, 1]");
+    const DeviceArray<__half> rows =
+        half_rows_input(x, ops::HalfOperands::kRounded, 1.f, ops::half_channels_pitch(T));
+    const HalfWeight hw = conv_weight_half(w, ops::HalfOperands::kRounded);
+    auto y = DeviceArray<__half>::poisoned(ops::half_channels_values(Cout, T));
+    ops::conv1x1_half_rows(context().blas, rows.get(), hw.w.get(), hw.scale, y.get(), Cin, Cout, T,
+                           stream());
+    return download_half_channels(y, Cout, T);
 }
 
 // (y [Cout, Tout], its statistics partials [Cout, parts, 3]) of conv(y) into
@@ -985,6 +1005,7 @@ void register_ops(py::module_& m) {
     o.def("conv1d", &conv1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1, "pad"_a = 0,
           "dilation"_a = 1, "groups"_a = 1, "residual"_a = py::none(),
           "residual_in_place"_a = false, "math"_a = "fp32");
+    o.def("conv1x1_half", &conv1x1_half, "x"_a, "w"_a);
     o.def("conv1d_stats", &conv1d_stats, "x"_a, "w"_a, "b"_a = py::none(), "pad"_a = 0,
           "dilation"_a = 1, "residual"_a = py::none(), "math"_a = "fp16", "out_scale"_a = 1.f,
           "shared_gpu"_a = false, "half_out"_a = false, "residual_half"_a = false);

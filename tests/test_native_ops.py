@@ -771,6 +771,34 @@ def test_conv1d_half_residual(
     assert not np.array_equal(got, conv(residual)[0])  # the residual's rounding is seen
 
 
+# The fast decoder's block shortcuts: a 1x1 conv as one FP16 GEMM on cuBLAS into FP16 channels.
+# (Cin, Cout, T): the decoder's shapes at an odd and an even frame count, a short input, Cin off a
+# multiple of 8 (padded half rows), T = 1.
+CONV1X1_HALF_CASES = [(1090, 1024, 473), (1090, 512, 946), (514, 1024, 92), (37, 40, 33), (64, 8, 1)]
+
+
+@pytest.mark.parametrize("case", CONV1X1_HALF_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_conv1x1_half(rng: np.random.Generator, case: tuple[int, int, int]) -> None:
+    """y is the FP16 rounding of the product of the FP16 operands (the weight rounded at the
+    engine's power-of-two scale, max |w| in [2^13, 2^14)) summed in fp32: every value FP16, each
+    within one FP16 step (plus the fp32 sum's error) of that product's float64 value."""
+    c_in, c_out, t = case
+    x = f32(rng.standard_normal((c_in, t)))
+    w = f32(rng.standard_normal((c_out, c_in, 1)) / math.sqrt(c_in))
+    e = 13 - math.floor(math.log2(float(np.abs(w).max())))
+    w16 = f64((w[:, :, 0] * np.float32(2.0**e)).astype(np.float16)) / 2.0**e
+    x16 = round_half(x)
+    want = w16 @ x16
+    got = gpu.conv1x1_half(x, w)
+    assert got.shape == (c_out, t)
+    assert np.isfinite(got).all(), np.argwhere(~np.isfinite(got))[:5]
+    assert np.array_equal(got, round_half(got))
+    step = np.spacing(np.abs(want).astype(np.float16)).astype(np.float64)
+    assert np.all(np.abs(got - want) <= step + 1e-6 * (np.abs(w16) @ np.abs(x16)))
+    with pytest.raises(ValueError, match=r"\[Cout, Cin, 1\]"):
+        gpu.conv1x1_half(x, f32(np.ones((c_out, c_in, 3))))
+
+
 # Raw inputs: the wide (128-step) tile, k7 d3 (wgmma: MMAs in flight, four weight stages) and k11 d5
 # (three stages: a fourth would not leave two blocks per SM); the narrow one, k11 d5 over 256 input
 # channels.

@@ -6,7 +6,9 @@
 // alternating between the two buffers. A block's shortcut (nearest
 // upsampling, 1x1 conv: x alone) runs on a second stream beside its residual
 // path, whose last conv adds it and scales the sum by 1 / sqrt(2) in its
-// epilogue (no pass of its own).
+// epilogue (no pass of its own). In precision "fast" the 1x1 conv is an FP16
+// GEMM into an FP16 shortcut (ops::conv1x1_half_rows), the last conv's
+// residual at FP16's precision, which its operands have already.
 #include <cmath>
 
 #include "kokoro/check.h"
@@ -29,16 +31,20 @@ void adain_res_blk1d(const Context& ctx, const Context& lane, const std::string&
     // the lane: it needs x alone, so it runs beside the residual path.
     const bool apart = &lane != &ctx && (upsample || c_in != c_out);
     if (apart) lane.wait_for(ctx);  // x
-    const float* shortcut = x;
+    const float* upsampled = x;
     if (upsample) {
-        float* upsampled = lane.floats("block.upsampled", int64_t(c_in) * t_out);
-        ops::upsample_nearest(x, upsampled, c_in, T, 2, lane.stream);
-        shortcut = upsampled;
+        float* buffer = lane.floats("block.upsampled", int64_t(c_in) * t_out);
+        ops::upsample_nearest(x, buffer, c_in, T, 2, lane.stream);
+        upsampled = buffer;
     }
-    if (c_in != c_out) {
+    ops::ConstFloatOrHalf shortcut = upsampled;
+    const std::string conv1x1 = prefix + ".conv1x1";
+    if (c_in != c_out && lane.weights.has_half(conv1x1 + ".weight")) {
+        shortcut =
+            lane.conv1x1_half(conv1x1, upsampled, c_in, c_out, t_out, "block.shortcut_half");
+    } else if (c_in != c_out) {
         float* projected = lane.floats("block.shortcut", int64_t(c_out) * t_out);
-        lane.conv1d(prefix + ".conv1x1", shortcut, projected, c_in, c_out, t_out, 1, 1, 0, 1, 1,
-                    false);
+        lane.conv1d(conv1x1, upsampled, projected, c_in, c_out, t_out, 1, 1, 0, 1, 1, false);
         shortcut = projected;
     }
 

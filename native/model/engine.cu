@@ -159,6 +159,11 @@ bool DeviceWeights::half_only(const std::string& name, int c_in) {
     return c_in >= kMinHalfChannels && name.find(".pool.") == std::string::npos;
 }
 
+bool DeviceWeights::half_pointwise(const std::string& name, ops::HalfOperands form) {
+    return form == ops::HalfOperands::kRounded && name.rfind("decoder.", 0) == 0 &&
+           name.find(".conv1x1.") != std::string::npos;
+}
+
 bool DeviceWeights::half_transposed(const std::string& name) {
     return name.find(".ups.") != std::string::npos;
 }
@@ -222,7 +227,8 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
             place_split(name, tensor.data, tensor.shape[0], tensor.shape[1]);
         } else if (name.rfind("bert.pooler.", 0) != 0) {  // the pooler is unused
             const float* src = tensor.data;
-            if (tensor.shape.size() == 3 && tensor.shape[2] > 1) {  // a conv weight
+            if (tensor.shape.size() == 3 &&
+                (tensor.shape[2] > 1 || half_pointwise(name, form))) {  // a conv weight
                 const int64_t A = tensor.shape[0];
                 const int B = int(tensor.shape[1]), K = int(tensor.shape[2]);
                 owned.emplace_back(static_cast<size_t>(tensor.numel()));
@@ -654,6 +660,20 @@ ops::ChannelPartials Context::conv1d_half_rows(const DeviceWeights::HalfConv& w,
                           residual, w.form, scratch, stream, ops::HalfKernel::kBest,
                           y_stats.data, conv_streams, out_scale);
     return y_stats;
+}
+
+const __half* Context::conv1x1_half(const std::string& prefix, const float* x, int c_in,
+                                    int c_out, int t, const char* y_slot) const {
+    const DeviceWeights::HalfConv w =
+        weights.get_half(prefix + ".weight", int64_t(c_out) * ops::half_rows_pitch(c_in));
+    if (w.form != ops::HalfOperands::kRounded) {
+        throw std::logic_error("conv1x1_half " + prefix + ": needs a rounded FP16 weight");
+    }
+    __half* rows = half_rows(c_in, ops::half_channels_pitch(t), w.form);
+    ops::to_half_rows(x, rows, c_in, t, w.form, stream);
+    __half* y = halves(y_slot, ops::half_channels_values(c_out, t));
+    ops::conv1x1_half_rows(blas, rows, w.w, w.scale, y, c_in, c_out, t, stream);
+    return y;
 }
 
 ops::ChannelPartials Context::conv_transpose1d(const std::string& prefix, ops::ScaledSum x,

@@ -67,6 +67,13 @@
 // walks three chunks per 64 channels, x_hi w_hi, x_hi w_lo and x_lo w_hi,
 // into the same accumulators (three times the MMAs, float32-level sums).
 //
+// Conv1d, pointwise (K = 1, stride 1, no bias) with many input channels in
+// precision "fast" (the decoder's block shortcuts: conv1x1_half_rows): one
+// FP16 GEMM on cuBLAS over the half rows, into an FP16 channels-first y,
+// every pitch 16-byte aligned (fp32 [C, T] rows at a frame count's pitch sent
+// cuBLAS's TF32 GEMM to its unaligned kernels, ~30 TFLOP/s). No kernel of
+// its own: the implicit-GEMM kernel's windows and taps buy nothing at K = 1.
+//
 // Conv1d, pointwise (K = 1, stride 1) with few input channels (the last
 // noise conv, 22 -> 128 at the audio frame rate): one memory-bound pass in
 // fp32 (conv1d_pointwise_kernel), the block's time tile of x and all of w
@@ -1946,6 +1953,23 @@ void conv1d_half_rows(HalfInput x, const __half* w, float w_scale, const float* 
     HalfCall call = conv1d_call(Cin, Cout, Tin, K, pad, dilation, form, streams);
     call.args.out_scale = out_scale;
     run(call, x, w, w_scale, b, y, residual, scratch, stream, kernel, stats);
+}
+
+void conv1x1_half_rows(cublasHandle_t handle, __half* x, const __half* w, float w_scale,
+                       __half* y, int Cin, int Cout, int T, cudaStream_t stream) {
+    if (Cout == 0 || T == 0) return;
+    // y [Cout, pitch] = w [Cout, ld] @ (x [pitch, ld])^T, padded both ways
+    // (pitch = half_channels_pitch(T), ld = half_rows_pitch(Cin); the pad
+    // rows of x zeroed here, its pad columns and w's are zero): cuBLAS's
+    // aligned kernels need every extent along a contiguous axis a multiple
+    // of 8 too (T = 473, Cin = 1090 took a 32 x 32 wmma kernel, slower than
+    // TF32's unaligned one).
+    const int ld = half_rows_pitch(Cin), pitch = half_channels_pitch(T);
+    if (pitch > T) {
+        KOKORO_CUDA_CHECK(cudaMemsetAsync(x + int64_t(T) * ld, 0,
+                                          sizeof(__half) * size_t(pitch - T) * ld, stream));
+    }
+    matmul_half(handle, false, true, Cout, pitch, ld, w, ld, x, ld, w_scale, y, pitch, stream);
 }
 
 float conv_transpose_weight_to_half_rows(const float* src, __half* dst, int Cin, int K, int Cout,

@@ -99,15 +99,20 @@ public:
     DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOperands form);
     static constexpr int kMinHalfChannels = 32;
     // The one place that says which convs run on the tensor cores: a conv
-    // weight (K >= 2) of every dense conv with at least kMinHalfChannels
-    // inputs, the generator's transposed upsamplers included (polyphase,
-    // ops::conv_transpose1d_half_rows), not the decoder's depthwise "pool".
+    // weight (K >= 2, or half_pointwise) of every dense conv with at least
+    // kMinHalfChannels inputs, the generator's transposed upsamplers included
+    // (polyphase, ops::conv_transpose1d_half_rows), not the decoder's
+    // depthwise "pool".
     static bool half_only(const std::string& name, int c_in);
     // The transposed convs that run on the tensor cores: the generator's
     // upsamplers "ups" (dense; the decoder's depthwise "pool" is not), whose
     // weights [c_in, c_out, K] are kept as conv_transpose_weight_to_half_rows
     // stores them.
     static bool half_transposed(const std::string& name);
+    // The pointwise convs kept as FP16 too (ops::conv1x1_half_rows): the
+    // decoder's block shortcuts "conv1x1" in rounded form (precision "fast";
+    // the prosody predictor's stay fp32, as its other weights stay split).
+    static bool half_pointwise(const std::string& name, ops::HalfOperands form);
     // The FP16 form of tensor-core conv weight `name` in an engine of
     // `form`: the prosody predictor's (the F0 / N stacks) are split in every
     // precision, since F0 reaches the audio through the source's phase and
@@ -410,6 +415,11 @@ struct Context {
                                           ops::ConstFloatOrHalf residual,
                                           const char* y_stats_slot = nullptr,
                                           float out_scale = 1.f) const;
+    // The pointwise conv `prefix` (no bias) of x [c_in, t] on its FP16 weight
+    // (DeviceWeights::half_pointwise): y [c_out, t] FP16 channels-first in the
+    // workspace slot `y_slot` (ops::conv1x1_half_rows).
+    const __half* conv1x1_half(const std::string& prefix, const float* x, int c_in, int c_out,
+                               int t, const char* y_slot) const;
     // x itself for leaky_slope 1, else LeakyReLU(leaky_slope) of its n values
     // (workspace slot "ops.activated").
     const float* leaky_relu_of(const float* x, int64_t n, float leaky_slope) const;
