@@ -504,26 +504,41 @@ py::array_t<float> adain(const FloatArray& x, const FloatArray& style, const std
 
 // x [C, T] as half rows [T, half_rows_pitch(C)] ([2, T, ld] when split),
 // downloaded as float32; with `plus` (up to two more [C, T] tensors) and
-// `scale`, of the ScaledSum ((x + plus[0]) + plus[1]) * scale; through
+// `scale`, of the ScaledSum ((x + plus[0]) + plus[1]) * scale (terms_half:
+// every term uploaded as the engine's FP16 channels, rounded); through
 // LeakyReLU(leaky_slope) where it is not 1.
 py::array_t<float> to_half_rows(const FloatArray& x, bool split,
                                 const std::vector<FloatArray>& plus, float scale,
-                                float leaky_slope) {
+                                float leaky_slope, bool terms_half) {
     require_ndim(x, 2, "x");
     require(plus.size() <= 2, "to_half_rows: at most two more terms");
     const int C = dim(x, 0), T = dim(x, 1), ld = ops::half_rows_pitch(C);
-    std::vector<DFloat> terms;
-    terms.push_back(DFloat::from(x));
+    std::vector<const FloatArray*> given{&x};
     for (const FloatArray& p : plus) {
         require(p.ndim() == 2 && dim(p, 0) == C && dim(p, 1) == T,
                 "to_half_rows: every term must have x's shape");
-        terms.push_back(DFloat::from(p));
+        given.push_back(&p);
     }
-    auto term = [&](size_t i) { return i < terms.size() ? terms[i].get() : nullptr; };
+    std::vector<DFloat> terms;
+    std::vector<DeviceArray<__half>> half_terms;
+    for (const FloatArray* t : given) {
+        if (terms_half) {
+            half_terms.push_back(upload_half_channels(*t));
+        } else {
+            terms.push_back(DFloat::from(*t));
+        }
+    }
+    const ops::ScaledSum sum = [&] {
+        if (terms_half) {
+            auto term = [&](size_t i) { return i < given.size() ? half_terms[i].get() : nullptr; };
+            return ops::ScaledSum(term(0), term(1), scale, term(2));
+        }
+        auto term = [&](size_t i) { return i < given.size() ? terms[i].get() : nullptr; };
+        return ops::ScaledSum(term(0), term(1), scale, term(2));
+    }();
     const ops::HalfOperands form = half_form(split);
     auto rows = DeviceArray<__half>::poisoned(int64_t(ops::half_parts(form)) * T * ld);
-    ops::to_half_rows(ops::ScaledSum(term(0), term(1), scale, term(2)), rows.get(), C, T, form,
-                      stream(), leaky_slope);
+    ops::to_half_rows(sum, rows.get(), C, T, form, stream(), leaky_slope);
     return download_half_rows(rows, T, ld, form);
 }
 
@@ -1001,7 +1016,8 @@ void register_ops(py::module_& m) {
           "alpha"_a = py::none(), "in_place"_a = false, "half_rows"_a = false, "split"_a = false,
           "partials"_a = py::none(), "shared_gpu"_a = false, "x_half"_a = false);
     o.def("to_half_rows", &to_half_rows, "x"_a, "split"_a = false,
-          "plus"_a = std::vector<FloatArray>(), "scale"_a = 1.f, "leaky_slope"_a = 1.f);
+          "plus"_a = std::vector<FloatArray>(), "scale"_a = 1.f, "leaky_slope"_a = 1.f,
+          "terms_half"_a = false);
     o.def("conv1d", &conv1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1, "pad"_a = 0,
           "dilation"_a = 1, "groups"_a = 1, "residual"_a = py::none(),
           "residual_in_place"_a = false, "math"_a = "fp32");

@@ -910,18 +910,22 @@ def test_to_half_rows_split(rng: np.random.Generator, shape: tuple[int, int]) ->
     check(f"to_half_rows split {shape}: hi + lo", (hi + lo)[:, :c].T, f64(x), 2.0**-21)
 
 
+@pytest.mark.parametrize("terms_half", [False, True])
 @pytest.mark.parametrize("terms", [2, 3])
 @pytest.mark.parametrize("split", [False, True])
-def test_to_half_rows_scaled_sum(rng: np.random.Generator, split: bool, terms: int) -> None:
+def test_to_half_rows_scaled_sum(rng: np.random.Generator, split: bool, terms: int, terms_half: bool) -> None:
     """A ScaledSum's half rows (the generator's stage mean, its last sums formed by its reader):
     the float32 ((x0 + x1) + x2) * scale, through the LeakyReLU, then rounded (split: hi + lo)
-    exactly as to_half_rows rounds a single tensor."""
+    exactly as to_half_rows rounds a single tensor. FP16 terms (fast precision's block outputs,
+    channels at their padded pitch) give the same from their values."""
     shape = (130, 517)
     xs = [f32(rng.standard_normal(shape)) for _ in range(terms)]
+    if terms_half:
+        xs = [f32(round_half(x)) for x in xs]
     scale = np.float32(1 / 3)
     v = (xs[0] + xs[1] + xs[2] if terms == 3 else xs[0] + xs[1]) * scale
     v = np.where(v >= 0, v, v * np.float32(0.1)).astype(np.float32)
-    got = gpu.to_half_rows(xs[0], split, plus=xs[1:], scale=scale, leaky_slope=0.1)
+    got = gpu.to_half_rows(xs[0], split, plus=xs[1:], scale=scale, leaky_slope=0.1, terms_half=terms_half)
     assert np.array_equal(got, gpu.to_half_rows(v, split))
 
 

@@ -123,10 +123,11 @@ Trace::Array durations_before_rounding(const float* logits, int T, int max_dur, 
 // The one tensor of x, for the layers that read a plain pointer (convs
 // without a tensor-core weight).
 const float* single(const ops::ScaledSum& x, const std::string& layer) {
-    if (!x.single()) {
-        throw std::logic_error(layer + ": a sum of tensors as input needs its tensor-core weight");
+    if (!x.single() || x.half()) {
+        throw std::logic_error(layer +
+                               ": a sum of tensors or FP16 input needs its tensor-core weight");
     }
-    return x.x0;
+    return x.x0.f32;
 }
 
 }  // namespace
@@ -605,9 +606,10 @@ ops::ChannelPartials Context::adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOr
                                            const char* y_stats_slot, float out_scale) const {
     const int pad = dilation * (kernel - 1) / 2;
     const std::string weight = conv_prefix + ".weight";
-    if (y.f16 != nullptr && y_stats_slot == nullptr) {
+    const bool hidden = y.f16 != nullptr && residual.f32 == nullptr && residual.f16 == nullptr;
+    if (hidden && y_stats_slot == nullptr) {
         throw std::logic_error("adain_conv1d " + conv_prefix +
-                               ": an FP16 output needs a statistics slot");
+                               ": an FP16 hidden (no bias, no residual) needs a statistics slot");
     }
     if (!weights.has_half(weight)) {
         if (out_scale != 1.f || x.f16 != nullptr || y.f16 != nullptr ||
@@ -623,7 +625,6 @@ ops::ChannelPartials Context::adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOr
     }
     const DeviceWeights::HalfConv w =
         weights.get_half(weight, int64_t(c_out) * kernel * ops::half_rows_pitch(c_in));
-    const bool hidden = y.f16 != nullptr && residual.f32 == nullptr && residual.f16 == nullptr;
     const float* b = hidden ? nullptr : weights.get(conv_prefix + ".bias", c_out);
     const float* s = style(fc_prefix, c_in);
     double* scratch = adain_partials(c_in, T);

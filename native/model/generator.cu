@@ -61,14 +61,15 @@ constexpr int64_t kConcurrentResblockValues = int64_t(256) * 9800;
 // relative to the values, which leave out the conv's bias (that AdaIN
 // removes it with the channel's mean; Context::adain_conv1d). So is the
 // block's running sum between its layers (`stream`: read by the next
-// layer's AdaIN and as its residual), bias included; only the block's
-// output, which the stage's mean and the next stage read, is fp32. Their
-// AdaINs run inside the next conv where its kernel takes a raw input (the
-// last stage's convs: Context::adain_conv1d), without a pass of their own.
+// layer's AdaIN and as its residual), bias included, and the output of a
+// stage's block (generator_forward; a source branch's stays fp32, the
+// upsampler's residual). Their AdaINs run inside the next conv where its
+// kernel takes a raw input (the last stage's convs: Context::adain_conv1d),
+// without a pass of their own.
 class Resblock1 {
 public:
-    Resblock1(const Context& ctx, std::string prefix, const float* x, float* out, int C, int T,
-              int kernel, const std::vector<int>& dilations, ops::ChannelPartials x_stats)
+    Resblock1(const Context& ctx, std::string prefix, const float* x, ops::FloatOrHalf out, int C,
+              int T, int kernel, const std::vector<int>& dilations, ops::ChannelPartials x_stats)
         : ctx_(ctx),
           prefix_(std::move(prefix)),
           out_(out),
@@ -97,8 +98,7 @@ public:
             return;
         }
         const bool last = j + 1 == dilations_.size();
-        const ops::FloatOrHalf y =
-            last || stream_ == nullptr ? ops::FloatOrHalf(out_) : ops::FloatOrHalf(stream_);
+        const ops::FloatOrHalf y = last || stream_ == nullptr ? out_ : ops::FloatOrHalf(stream_);
         in_stats_ = ctx_.adain_conv1d(
             hidden_, y, C_, C_, T_, prefix_ + ".adain2." + idx + ".fc", ops::Activation::kSnake,
             0.f, ctx_.w(prefix_ + ".alpha2." + idx, C_), prefix_ + ".convs2." + idx, kernel_, 1,
@@ -109,7 +109,7 @@ public:
 private:
     Context ctx_;
     std::string prefix_;
-    float* out_;
+    ops::FloatOrHalf out_;
     int C_, T_, kernel_;
     const std::vector<int>& dilations_;
     ops::FloatOrHalf hidden_;
@@ -251,25 +251,34 @@ void generator_forward(const Context& ctx, const Context& side,
         const ops::ChannelPartials in_stats = ctx.conv_transpose1d(
             g + ".ups." + idx, stage_x, stage_in, s.c_in, s.c_out, s.t_in, kernel, rate,
             (kernel - rate) / 2, 0, 1, kStageSlope, s.t_out - s.t_up, stage_in, "stage_in");
-        // stage_x is consumed: `mean` may take its buffer.
-        float* branch = ctx.floats("generator.branch", n);
-        float* mean = ctx.floats("generator.mean", n);
-
+        // stage_x is consumed: the blocks' outputs may take its buffers.
         // Mean of the stage's residual blocks, ((out0 + out1) + out2) / 3 in
         // block order either way (the same bits sequential or concurrent),
-        // its last sums formed by its reader (the next upsampler's or
-        // conv_post's half rows, up to three terms). The blocks write `mean`,
-        // `branch` and, the last block, stage_in itself once no other block
-        // reads it (sequential: any earlier middle block added into `mean`;
-        // concurrent: blocks 0 and 1, the shorter kernels, added on block 1's
-        // stream while block 2 still runs).
+        // formed by its reader (the next upsampler's or conv_post's half
+        // rows, up to three terms). In precision "fast" each block writes an
+        // FP16 output of its own; in fp32 the blocks write `mean`, `branch`
+        // and, the last block, stage_in itself once no other block reads it
+        // (any middle block but the last two added into `mean`).
+        if (ctx.fast && n_kernels > 3) {
+            throw std::logic_error("generator: the stage mean takes at most three FP16 terms");
+        }
         const bool concurrent = ctx.fast && n_kernels <= kResblockStreams + 1 &&
                                 (last || n <= kConcurrentResblockValues);
+        std::vector<ops::FloatOrHalf> outs;
+        for (int j = 0; j < n_kernels; ++j) {
+            if (ctx.fast) {
+                outs.emplace_back(ctx.halves("generator.block_out." + std::to_string(j),
+                                             ops::half_channels_values(s.c_out, s.t_out)));
+            } else {
+                outs.emplace_back(j == 0               ? ctx.floats("generator.mean", n)
+                                  : j + 1 == n_kernels ? stage_in
+                                                       : ctx.floats("generator.branch", n));
+            }
+        }
         std::vector<Resblock1> blocks;
         blocks.reserve(size_t(n_kernels));
         for (int j = 0; j < n_kernels; ++j) {
             const std::string block = g + ".resblocks." + std::to_string(i * n_kernels + j);
-            float* out = j == 0 ? mean : j + 1 == n_kernels ? stage_in : branch;
             // The source branches are done at the last stage (ctx waited for
             // them): block 1 takes the side stream's slots there.
             const Context lane = !concurrent || j == 0 ? ctx
@@ -277,53 +286,42 @@ void generator_forward(const Context& ctx, const Context& side,
                                                        : resblocks[j - 1];
             if (concurrent && j > 0) lane.wait_for(ctx);  // stage_in
             blocks.emplace_back(lane.with_conv_streams(concurrent ? n_kernels : 1), block,
-                                stage_in, out, s.c_out, s.t_out, cfg.resblock_kernel_sizes[j],
-                                cfg.resblock_dilation_sizes[j], in_stats);
+                                stage_in, outs[size_t(j)], s.c_out, s.t_out,
+                                cfg.resblock_kernel_sizes[j], cfg.resblock_dilation_sizes[j],
+                                in_stats);
         }
-        if (concurrent) {
-            // In step order across the blocks; the last block's step 1 (its
-            // writes of stage_in come at or after it: step 1, or its last
-            // step with an FP16 stream) waits for the others' step 1, the
-            // last of their steps that read it.
+        if (concurrent) {  // in step order across the blocks
             int steps = 0;
             for (const Resblock1& b : blocks) steps = std::max(steps, b.steps());
             for (int step = 0; step < steps; ++step) {
                 for (Resblock1& b : blocks) {
-                    if (step >= b.steps()) continue;
-                    if (step == 1 && &b == &blocks.back()) {
-                        for (const Resblock1& other : blocks) {
-                            if (&other != &b) b.ctx().wait_for(other.ctx());
-                        }
-                    }
-                    b.step(step);
+                    if (step < b.steps()) b.step(step);
                 }
             }
+            for (int j = 1; j < n_kernels; ++j) ctx.wait_for(blocks[size_t(j)].ctx());
         } else {
             for (int j = 0; j < n_kernels; ++j) {
                 Resblock1& b = blocks[size_t(j)];
                 for (int step = 0; step < b.steps(); ++step) b.step(step);
-                if (j > 0 && j + 2 < n_kernels) {
-                    ops::add_scaled(mean, branch, mean, n, 1.f, ctx.stream);
+                if (!ctx.fast && j > 0 && j + 2 < n_kernels) {
+                    ops::add_scaled(outs[0].f32, outs[size_t(j)].f32, outs[0].f32, n, 1.f,
+                                    ctx.stream);
                 }
             }
         }
         static_assert(kResblockStreams == 2, "concurrent blocks: three at most");
-        std::vector<float*> terms{mean};  // the reader's, in block order
-        if (concurrent && n_kernels == 3) {
-            const Context& lane = blocks[1].ctx();
-            lane.wait_for(ctx);  // block 0
-            ops::add_scaled(mean, branch, branch, n, 1.f, lane.stream);
-            terms = {branch};
-        } else if (n_kernels >= 3) {
-            terms.push_back(branch);
+        const float scale = 1.f / static_cast<float>(n_kernels);
+        // The reader's terms, in block order (fp32: mean, then the last two).
+        auto term = [&](int j) {
+            return j < n_kernels ? outs[size_t(j)] : ops::FloatOrHalf(nullptr);
+        };
+        if (ctx.fast) {
+            stage_x = ops::ScaledSum(term(0).f16, term(1).f16, scale, term(2).f16);
+        } else {
+            const int second = std::max(1, n_kernels - 2);
+            stage_x = ops::ScaledSum(term(0).f32, term(second).f32, scale,
+                                     n_kernels > 2 ? term(second + 1).f32 : nullptr);
         }
-        if (n_kernels >= 2) terms.push_back(stage_in);
-        if (concurrent) {
-            for (int j = 1; j < n_kernels; ++j) ctx.wait_for(blocks[size_t(j)].ctx());
-        }
-        stage_x = ops::ScaledSum(terms[0], terms.size() > 1 ? terms[1] : nullptr,
-                                 1.f / static_cast<float>(n_kernels),
-                                 terms.size() > 2 ? terms[2] : nullptr);
         ctx.mark("generator stage " + idx);
     }
 

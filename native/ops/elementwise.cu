@@ -190,7 +190,8 @@ __global__ void interpolate_linear_kernel(const float* x, float* out, int Tin, i
     out[c * Tout + j] = x[c * Tin + i0] * (1.f - w1) + x[c * Tin + i1] * w1;
 }
 
-__global__ void to_half_rows_kernel(ScaledSum x, __half* y, __half* y_lo, int C, int T,
+template <typename H>
+__global__ void to_half_rows_kernel(SumSource<H> x, __half* y, __half* y_lo, int C, int T,
                                     float leaky_slope) {
     await_producers();
     const LeakyRelu act{leaky_slope};  // slope 1: the identity
@@ -307,8 +308,17 @@ void to_half_rows(ScaledSum x, __half* y, int C, int T, HalfOperands form, cudaS
                   float leaky_slope) {
     if (C == 0 || T == 0) return;
     __half* y_lo = form == HalfOperands::kSplit ? y + int64_t(T) * half_rows_pitch(C) : nullptr;
-    launch_dependent(to_half_rows_kernel, half_rows_grid(C, T), dim3(kHalfRowsThreads), 0, stream,
-                     "to_half_rows_kernel", x, y, y_lo, C, T, leaky_slope);
+    if (x.half()) {
+        launch_dependent(to_half_rows_kernel<__half>, half_rows_grid(C, T),
+                         dim3(kHalfRowsThreads), 0, stream, "to_half_rows_kernel",
+                         SumSource<__half>{x.x0.f16, x.x1.f16, x.x2.f16, x.scale}, y, y_lo, C, T,
+                         leaky_slope);
+        return;
+    }
+    launch_dependent(to_half_rows_kernel<float>, half_rows_grid(C, T), dim3(kHalfRowsThreads), 0,
+                     stream, "to_half_rows_kernel",
+                     SumSource<float>{x.x0.f32, x.x1.f32, x.x2.f32, x.scale}, y, y_lo, C, T,
+                     leaky_slope);
 }
 
 }  // namespace kokoro::ops

@@ -14,7 +14,7 @@
 // tile goes through shared memory as half2 words (channel pair cp of step t
 // at word t * 32 + (cp ^ 4 (t % 8)): conflict-free both ways), and leaves as
 // 16-byte rows of 8 channels. x[c pitch + t] gives the input (a pointer, or
-// anything indexable: ops::ScaledSum, HalfSource; pitch: source_pitch);
+// anything indexable: SumSource, HalfSource; pitch: source_pitch);
 // channel(r) gives the transform of the tile's channel r, a callable float
 // -> float (identity for a plain conversion, AdaIN + activation in
 // norm.cu). Split operands
@@ -43,12 +43,30 @@ struct HalfSource {
     const __half* p;
     __device__ float operator[](int64_t i) const { return __half2float(p[i]); }
 };
+// An ops::ScaledSum of fp32 or FP16 (H = __half) terms as a write_half_rows
+// source: ((x0 + x1) + x2) * scale in fp32.
+template <typename H>
+struct SumSource {
+    const H* x0;
+    const H* x1;  // null: none
+    const H* x2;  // null: none
+    float scale;
+    __device__ float operator[](int64_t i) const {
+        float v = float(x0[i]);
+        if (x1 != nullptr) v += float(x1[i]);
+        if (x2 != nullptr) v += float(x2[i]);
+        return v * scale;
+    }
+};
 // The row pitch of a source of T steps per channel: T, or an FP16 tensor's.
 template <typename Source>
 __device__ int source_pitch(const Source&, int T) {
     return T;
 }
 __device__ inline int source_pitch(const HalfSource&, int T) {
+    return ops::half_channels_pitch(T);
+}
+__device__ inline int source_pitch(const SumSource<__half>&, int T) {
     return ops::half_channels_pitch(T);
 }
 

@@ -391,11 +391,11 @@ struct Context {
     // partials live until the next call that names it. out_scale: y = (conv
     // + residual) * out_scale (tensor-core convs only). x, y and residual
     // may be FP16 (ops::FloatOrHalf; tensor-core convs only): an FP16 x
-    // needs x_stats, and an FP16 y needs y_stats_slot. An FP16 y without a
-    // residual (a hidden that only the next AdaIN reads) leaves out the
-    // conv's bias (that AdaIN removes each channel's mean, bias included;
-    // the values stay nearer zero, where FP16's steps are finer); with one
-    // (a residual stream) it keeps it. An FP16 x goes to the conv raw where
+    // needs x_stats. An FP16 y without a residual (a hidden that only the
+    // next AdaIN reads) needs y_stats_slot and leaves out the conv's bias
+    // (that AdaIN removes each channel's mean, bias included; the values
+    // stay nearer zero, where FP16's steps are finer); with one (a residual
+    // stream, a block's output) it keeps it. An FP16 x goes to the conv raw where
     // its kernel takes one (ops::HalfInput: the conv applies the AdaIN + Snake
     // as it loads its windows, the same operands without the pass).
     ops::ChannelPartials adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOrHalf y, int c_in,

@@ -226,27 +226,26 @@ struct FloatOrHalfT {
 };
 using FloatOrHalf = FloatOrHalfT<float, __half>;
 using ConstFloatOrHalf = FloatOrHalfT<const float, const __half>;
-// A tensor read as the sum of up to three same-shaped fp32 tensors times a
-// scale, ((x0 + x1) + x2) * scale: the mean of the generator's residual
-// blocks, its last sums formed by the op that reads it rather than by passes
-// of their own. From a single pointer: that tensor.
+// A tensor read as the sum of up to three same-shaped tensors times a scale,
+// ((x0 + x1) + x2) * scale, in fp32: the mean of the generator's residual
+// blocks, its sums formed by the op that reads it rather than by passes of
+// their own. The terms are all fp32 [C, T], or all FP16 channels-first (rows
+// at half_channels_pitch(T): fast precision's block outputs). From a single
+// pointer: that tensor.
 struct ScaledSum {
-    const float* x0 = nullptr;
-    const float* x1 = nullptr;  // null: none
-    const float* x2 = nullptr;  // null: none (set only with x1)
+    ConstFloatOrHalf x0 = nullptr;
+    ConstFloatOrHalf x1 = nullptr;  // null: none
+    ConstFloatOrHalf x2 = nullptr;  // null: none (set only with x1)
     float scale = 1.f;
     ScaledSum(const float* x) : x0(x) {}  // NOLINT(google-explicit-constructor)
     ScaledSum(const float* a, const float* b, float s, const float* c = nullptr)
         : x0(a), x1(b), x2(c), scale(s) {}
-    bool single() const { return x1 == nullptr && scale == 1.f; }
-    __host__ __device__ float operator[](int64_t i) const {
-        float v = x0[i];
-        if (x1 != nullptr) v += x1[i];
-        if (x2 != nullptr) v += x2[i];
-        return v * scale;
-    }
+    ScaledSum(const __half* a, const __half* b, float s, const __half* c = nullptr)
+        : x0(a), x1(b), x2(c), scale(s) {}
+    bool half() const { return x0.f16 != nullptr; }
+    bool single() const { return x1.f32 == nullptr && x1.f16 == nullptr && scale == 1.f; }
 };
-// x [C, T] fp32 -> half rows y [T, half_rows_pitch(C)] (FP16, pad columns
+// x [C, T] (fp32 or FP16 terms) -> half rows y [T, half_rows_pitch(C)] (FP16, pad columns
 // zero; kSplit: hi rows, then lo rows): the tensor-core conv's input where no
 // AdaIN precedes it; leaky_slope other than 1 applies LeakyReLU(leaky_slope)
 // on the way (the generator's activations before its upsamplers and conv_post).
