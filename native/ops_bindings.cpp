@@ -854,7 +854,7 @@ py::array_t<float> conv_transpose1d(const FloatArray& x, const FloatArray& w, co
 py::tuple conv_transpose1d_half(const FloatArray& x, const FloatArray& w, const OptionalFloat& b,
                                 int stride, int pad, int reflect_left,
                                 const OptionalFloat& residual, bool residual_in_place,
-                                float leaky_slope, const std::string& math) {
+                                float leaky_slope, const std::string& math, bool half_out) {
     require_ndim(x, 2, "x");
     require_ndim(w, 3, "w");
     const int Cin = dim(x, 0), Tin = dim(x, 1), Cout = dim(w, 1), K = dim(w, 2);
@@ -871,19 +871,26 @@ py::tuple conv_transpose1d_half(const FloatArray& x, const FloatArray& w, const 
     const float scale = ops::conv_transpose_weight_to_half_rows(relaid_conv_weight(w).data(),
                                                                 host.data(), Cin, K, Cout, form);
     const DeviceArray<__half> dw = upload_halves(host);
+    require(!(half_out && residual_in_place),
+            "conv_transpose1d_half: an FP16 y takes no residual in place");
     OptionalDevice db(b);
     const bool res_into_y = residual && residual_in_place;
-    DFloat y = res_into_y ? DFloat::from(*residual) : DFloat::poisoned(int64_t(Cout) * T);
     OptionalDevice dres(res_into_y ? OptionalFloat() : residual);
     DFloat scratch(ops::conv_transpose1d_half_rows_scratch_floats(Cin, Cout, Tin, K, stride, pad,
                                                                   form));
     const int parts = ops::conv_transpose1d_half_rows_stats_parts(Cin, Cout, Tin, K, stride, pad,
                                                                   reflect_left, form);
     auto stats = DeviceArray<double>::poisoned(int64_t(Cout) * parts * ops::kPartialDoubles);
-    ops::conv_transpose1d_half_rows(rows.get(), dw.get(), scale, db.get(), y.get(), Cin, Cout, Tin,
-                                    K, stride, pad, reflect_left,
-                                    res_into_y ? y.get() : dres.get(), form, scratch.get(),
-                                    stream(), hm->kernel, parts > 0 ? stats.get() : nullptr);
+    auto conv = [&](ops::FloatOrHalf y, const float* res) {
+        ops::conv_transpose1d_half_rows(rows.get(), dw.get(), scale, db.get(), y, Cin, Cout, Tin,
+                                        K, stride, pad, reflect_left, res, form, scratch.get(),
+                                        stream(), hm->kernel, parts > 0 ? stats.get() : nullptr);
+    };
+    if (half_out) {
+        return conv_out(Cout, T, parts, stats, true, [&](auto y) { conv(y, dres.get()); });
+    }
+    DFloat y = res_into_y ? DFloat::from(*residual) : DFloat::poisoned(int64_t(Cout) * T);
+    conv(y.get(), res_into_y ? y.get() : dres.get());
     return py::make_tuple(y.download({Cout, T}),
                           stats.download({Cout, parts, ops::kPartialDoubles}));
 }
@@ -1039,7 +1046,8 @@ void register_ops(py::module_& m) {
           "pad"_a = 0, "output_padding"_a = 0, "groups"_a = 1);
     o.def("conv_transpose1d_half", &conv_transpose1d_half, "x"_a, "w"_a, "b"_a = py::none(),
           "stride"_a = 1, "pad"_a = 0, "reflect_left"_a = 0, "residual"_a = py::none(),
-          "residual_in_place"_a = false, "leaky_slope"_a = 1.f, "math"_a = "fp16");
+          "residual_in_place"_a = false, "leaky_slope"_a = 1.f, "math"_a = "fp16",
+          "half_out"_a = false);
     o.def("lstm_bidirectional", &lstm_bidirectional, "x"_a, "w_ih"_a, "w_hh"_a, "b"_a,
           "max_cluster_blocks"_a = 16);
     o.def("attention", &attention, "q"_a, "k"_a, "v"_a, "heads"_a, "valid_len"_a,

@@ -1086,6 +1086,39 @@ def test_conv_transpose1d_half(rng: np.random.Generator, case: tuple[int, ...], 
         check(f"adain from transposed-conv partials {math_name} {case}", got, ref_own, 1e-6)
 
 
+# FP16 outputs (fast precision's stage input): a split reduction (the split sum kernel stores y,
+# no statistics), one split on wide tiles (the epilogue, with statistics), several phases a tile.
+@pytest.mark.parametrize("math_name", ["fp16", "fp16_mma_sync"])
+@pytest.mark.parametrize("case", HALF_CONV_TRANSPOSE_CASES[1:4], ids=lambda c: "x".join(map(str, c)))
+def test_conv_transpose1d_half_out(rng: np.random.Generator, case: tuple[int, ...], math_name: str) -> None:
+    """y stored as FP16 channels: every value, the reflection pad's included, the FP16 rounding of
+    the fp32 call's bit for bit (an fp32 residual added first); the statistics partials cover the
+    rounded values once each, as the fp32 call's cover its own."""
+    c_in, c_out, t_in, k, stride, pad = case
+    x = f32(rng.standard_normal((c_in, t_in)))
+    w = f32(rng.standard_normal((c_in, c_out, k)) / math.sqrt(c_in * k / stride))
+    b = f32(rng.standard_normal(c_out) + 1.0)
+    for reflect_left in (0, 1):
+        t_out = reflect_left + (t_in - 1) * stride - 2 * pad + k
+        residual = f32(rng.standard_normal((c_out, t_out)))
+        args = (x, w, b, stride, pad, reflect_left, residual, False, 0.1, math_name)
+        y32, _ = gpu.conv_transpose1d_half(*args)
+        y16, parts = gpu.conv_transpose1d_half(*args, half_out=True)
+        assert np.array_equal(y16, round_half(y32))
+        if parts.shape[1] == 0:  # a split reduction: no statistics
+            continue
+        y64 = f64(y16)
+        counts, sums, m2 = parts[:, :, 0], parts[:, :, 1], parts[:, :, 2]
+        assert np.all(counts.sum(axis=1) == t_out), "every element counted once"
+        np.testing.assert_allclose(sums.sum(axis=1), y64.sum(axis=1), rtol=1e-11, atol=1e-11 * t_out)
+        mean = y64.mean(axis=1, keepdims=True)
+        safe = np.maximum(counts, 1)
+        total_m2 = (m2 + np.where(counts > 0, (sums / safe - mean) ** 2 * counts, 0)).sum(axis=1)
+        np.testing.assert_allclose(total_m2, ((y64 - mean) ** 2).sum(axis=1), rtol=1e-9)
+    with pytest.raises(ValueError, match="in place"):
+        gpu.conv_transpose1d_half(x, w, b, stride, pad, 0, y32[:, 1:], True, 0.1, math_name, True)
+
+
 def test_conv_transpose1d_half_geometry_errors(rng: np.random.Generator) -> None:
     """Shapes the polyphase kernel cannot take fail with a message naming the limit."""
     x = f32(rng.standard_normal((32, 10)))

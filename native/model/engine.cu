@@ -678,7 +678,7 @@ const __half* Context::conv1x1_half(const std::string& prefix, const float* x, i
 }
 
 ops::ChannelPartials Context::conv_transpose1d(const std::string& prefix, ops::ScaledSum x,
-                                               float* y, int c_in, int c_out, int t_in,
+                                               ops::FloatOrHalf y, int c_in, int c_out, int t_in,
                                                int kernel, int stride, int pad,
                                                int output_padding, int groups, float leaky_slope,
                                                int reflect_left, const float* residual,
@@ -705,15 +705,15 @@ ops::ChannelPartials Context::conv_transpose1d(const std::string& prefix, ops::S
         return y_stats;
     }
     const float* w = weights.get(weight, int64_t(c_in) * (c_out / groups) * kernel);
-    if (reflect_left != 0 || residual != nullptr) {
+    if (reflect_left != 0 || residual != nullptr || y.f16 != nullptr) {
         throw std::logic_error("conv_transpose1d " + prefix +
-                               ": a pad or residual needs its tensor-core weight");
+                               ": a pad, residual or FP16 output needs its tensor-core weight");
     }
     const int64_t scratch_floats =
         ops::conv_transpose1d_scratch_floats(c_in, c_out, t_in, kernel, groups);
     float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
     const float* activated = leaky_relu_of(single(x, prefix), int64_t(c_in) * t_in, leaky_slope);
-    ops::conv_transpose1d(blas, activated, w, b, y, c_in, c_out, t_in, kernel, stride, pad,
+    ops::conv_transpose1d(blas, activated, w, b, y.f32, c_in, c_out, t_in, kernel, stride, pad,
                           output_padding, groups, scratch, stream, gemm_math());
     return {};
 }

@@ -68,8 +68,9 @@ constexpr int64_t kConcurrentResblockValues = int64_t(256) * 9800;
 // without a pass of their own.
 class Resblock1 {
 public:
-    Resblock1(const Context& ctx, std::string prefix, const float* x, ops::FloatOrHalf out, int C,
-              int T, int kernel, const std::vector<int>& dilations, ops::ChannelPartials x_stats)
+    Resblock1(const Context& ctx, std::string prefix, ops::ConstFloatOrHalf x,
+              ops::FloatOrHalf out, int C, int T, int kernel, const std::vector<int>& dilations,
+              ops::ChannelPartials x_stats)
         : ctx_(ctx),
           prefix_(std::move(prefix)),
           out_(out),
@@ -241,24 +242,37 @@ void generator_forward(const Context& ctx, const Context& side,
         // har and this stage's branch are done (on the side stream or here);
         // the next stage's branch then overlaps this stage.
         ctx.wait_for(side);
-        float* stage_in = on_side(i) ? side_source : source_branch(ctx, har, i, F);
+        float* source = on_side(i) ? side_source : source_branch(ctx, har, i, F);
         if (!last && on_side(i + 1)) side_source = source_branch(side, har, i + 1, F);
-        // The stage input, built in place in the branch's buffer: the source
-        // plus the upsampled LeakyReLU 0.1 of stage_x (x, then the previous
-        // stage's mean), reflection padded (1, 0) on the last stage; one
-        // tensor-core pass, which also hands the input's statistics to the
-        // residual blocks' first AdaINs.
-        const ops::ChannelPartials in_stats = ctx.conv_transpose1d(
-            g + ".ups." + idx, stage_x, stage_in, s.c_in, s.c_out, s.t_in, kernel, rate,
-            (kernel - rate) / 2, 0, 1, kStageSlope, s.t_out - s.t_up, stage_in, "stage_in");
+        // The stage input: the source plus the upsampled LeakyReLU 0.1 of
+        // stage_x (x, then the previous stage's mean), reflection padded (1,
+        // 0) on the last stage; one tensor-core pass, which also hands the
+        // input's statistics to the residual blocks' first AdaINs. Built in
+        // place in the branch's buffer; in precision "fast", where the pass
+        // gives statistics (its reduction not split over blocks: an FP16
+        // input's AdaIN needs them), as FP16 channels of its own (rounded
+        // weights), which the blocks' first convs read raw at the last stage.
+        const int reflect = s.t_out - s.t_up, pad = (kernel - rate) / 2;
+        const bool half_in =
+            ctx.fast && ops::conv_transpose1d_half_rows_stats_parts(
+                            s.c_in, s.c_out, s.t_in, kernel, rate, pad, reflect,
+                            ops::HalfOperands::kRounded) > 0;
+        const ops::FloatOrHalf stage_in =
+            half_in ? ops::FloatOrHalf(ctx.halves("generator.stage_in",
+                                                  ops::half_channels_values(s.c_out, s.t_out)))
+                    : ops::FloatOrHalf(source);
+        const ops::ChannelPartials in_stats =
+            ctx.conv_transpose1d(g + ".ups." + idx, stage_x, stage_in, s.c_in, s.c_out, s.t_in,
+                                 kernel, rate, pad, 0, 1, kStageSlope, reflect, source, "stage_in");
         // stage_x is consumed: the blocks' outputs may take its buffers.
         // Mean of the stage's residual blocks, ((out0 + out1) + out2) / 3 in
         // block order either way (the same bits sequential or concurrent),
         // formed by its reader (the next upsampler's or conv_post's half
         // rows, up to three terms). In precision "fast" each block writes an
         // FP16 output of its own; in fp32 the blocks write `mean`, `branch`
-        // and, the last block, stage_in itself once no other block reads it
-        // (any middle block but the last two added into `mean`).
+        // and, the last block, stage_in (in the source's buffer) itself once
+        // no other block reads it (any middle block but the last two added
+        // into `mean`).
         if (ctx.fast && n_kernels > 3) {
             throw std::logic_error("generator: the stage mean takes at most three FP16 terms");
         }
@@ -271,7 +285,7 @@ void generator_forward(const Context& ctx, const Context& side,
                                              ops::half_channels_values(s.c_out, s.t_out)));
             } else {
                 outs.emplace_back(j == 0               ? ctx.floats("generator.mean", n)
-                                  : j + 1 == n_kernels ? stage_in
+                                  : j + 1 == n_kernels ? source
                                                        : ctx.floats("generator.branch", n));
             }
         }

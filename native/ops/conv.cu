@@ -413,10 +413,11 @@ constexpr int kNarrowCoutTile = 32;
 // shift, kept where 0 <= t < y_len, at y[c, y_left + t] (rows of y_left +
 // y_len); y_left 1 also stores t = 1 at y[c, 0] (the reflection pad (1,
 // 0)). A conv1d has phases 1, shift 0, y_len Tout, y_left 0; a polyphase
-// transposed conv one phase per stride step. A conv1d's kernels with
-// kHalfOut store y as FP16 (y_half): the rounded values are y, and its
-// statistics are theirs. A conv1d's residual may be FP16 (residual_is_half).
-// FP16 rows are half_channels_pitch(Tout) apart (ops.h; row_pitch).
+// transposed conv one phase per stride step. The kernels with kHalfOut
+// store y as FP16 (y_half): the rounded values are y, and its statistics
+// are theirs. A conv1d's residual may be FP16 (residual_is_half). FP16 rows
+// of y_left + y_len values are half_channels_pitch(y_left + y_len) apart
+// (ops.h; row_pitch).
 // (128 bytes, no 64-bit fields: a larger parameter block cost the wgmma
 // kernels ~50 bytes of spills.)
 struct ConvArgs {
@@ -667,12 +668,16 @@ __device__ int64_t stats_index(const ConvArgs& a, int c, int part) {
 }
 
 // Channel c's pad element, y[c, 0] = the value at t = 1 before its
-// residual, u, plus the residual at y[c, 0]; with statistics, its own
-// partial (the channel's last).
+// residual, u, plus the residual at y[c, 0] (kHalfOut: stored as FP16);
+// with statistics, its own partial (the channel's last), of the value as
+// stored.
+template <bool kHalfOut>
 __device__ void store_pad(const ConvArgs& a, int c, float u) {
-    const int64_t first = int64_t(c) * (a.y_len + a.y_left);
-    const float v = u + (a.residual != nullptr ? a.residual[first] : 0.f);
-    a.y[first] = v;
+    const int len = a.y_len + a.y_left;
+    const float r =
+        a.residual != nullptr ? residual_at(a, c * row_pitch(len, a.residual_is_half)) : 0.f;
+    const float v = store_value<kHalfOut>(a.y, kHalfOut ? a.y_half : nullptr,
+                                          c * row_pitch(len, kHalfOut), u + r);
     if (a.stats != nullptr) {
         double* s = a.stats + stats_index(a, c, int(gridDim.x));
         s[0] = 1.0;
@@ -792,11 +797,12 @@ __device__ void store_staged_tile(const ConvArgs& a, const float* tile, int t0, 
 // split's sums in the GEMM's layout ([phases, Cout, Tout]); else per
 // channel (a warp each) its outputs t, t + shift = q phases + p for this
 // tile's columns q, as one contiguous run: y[c, y_left + t] = scale * sum
-// + bias + residual, the pad element, and the statistics partial over the
-// run (two passes over the values, kept in the staged tile). Residual
-// values load kBatch at a time, all in flight (in place, residual == y,
-// the compiler could not hoist them above the stores).
-template <int kTile, int kThreads>
+// + bias + residual (kHalfOut: stored as FP16, the residual fp32), the pad
+// element, and the statistics partial over the run of the values as stored
+// (two passes over them, kept in the staged tile). Residual values load
+// kBatch at a time, all in flight (in place, residual == y, the compiler
+// could not hoist them above the stores).
+template <int kTile, int kThreads, bool kHalfOut>
 __device__ void store_phases_tile(const ConvArgs& a, float* tile, int t0,
                                   const BlockRows<true>& rows) {
     constexpr int kWarps = kThreads / 32, kBatch = 8;
@@ -831,7 +837,9 @@ __device__ void store_phases_tile(const ConvArgs& a, float* tile, int t0,
     for (int cl = warp; cl < rows.channels && rows.c0 + cl < a.Cout; cl += kWarps) {
         const int c = rows.c0 + cl;
         const float bias = a.b != nullptr ? a.b[c] : 0.f;
-        const int64_t y_row = int64_t(c) * (a.y_len + a.y_left) + a.y_left;
+        const int len = a.y_len + a.y_left;
+        const int64_t y_row = c * row_pitch(len, kHalfOut) + a.y_left;
+        const int64_t res_row = int64_t(c) * len + a.y_left;
         float* const sums = tile + cl * s * kStagedPitch<kTile>;  // [p][q - t0]
         int q = q_first, p = p_first;
         double sum = 0.0;
@@ -840,16 +848,17 @@ __device__ void store_phases_tile(const ConvArgs& a, float* tile, int t0,
 #pragma unroll
             for (int b = 0; b < kBatch; ++b) {
                 const int t = first + 32 * b;
-                res[b] = a.residual != nullptr && t < t_hi ? a.residual[y_row + t] : 0.f;
+                res[b] = a.residual != nullptr && t < t_hi ? a.residual[res_row + t] : 0.f;
             }
 #pragma unroll
             for (int b = 0; b < kBatch; ++b) {
                 const int t = first + 32 * b;
                 if (t < t_hi) {
                     float* at = sums + p * kStagedPitch<kTile> + (q - t0);
-                    const float u = fmaf(*at, a.w_scale, bias), v = u + res[b];
-                    a.y[y_row + t] = v;
-                    if (t == 1 && a.y_left != 0) store_pad(a, c, u);
+                    const float u = fmaf(*at, a.w_scale, bias);
+                    const float v = store_value<kHalfOut>(a.y, kHalfOut ? a.y_half : nullptr,
+                                                          y_row + t, u + res[b]);
+                    if (t == 1 && a.y_left != 0) store_pad<kHalfOut>(a, c, u);
                     *at = v;  // kept for the statistics
                     sum += double(v);
                 }
@@ -895,7 +904,6 @@ size_t mma_sync_smem_bytes(int halo) {
 
 template <int kTile, bool kPhases, bool kHalfOut = false>
 __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const ConvArgs a) {
-    static_assert(!(kPhases && kHalfOut), "FP16 output: a conv1d's only");
     await_producers();
     constexpr int kWarpN = kTile / kWarpsN;
     constexpr int kNTiles = kWarpN / 8;
@@ -963,7 +971,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
         }
     }
     if constexpr (kPhases) {
-        store_phases_tile<kTile, kMmaThreads>(a, tile, t0, block_rows);
+        store_phases_tile<kTile, kMmaThreads, kHalfOut>(a, tile, t0, block_rows);
     } else {
         store_staged_tile<kTile, kMmaThreads, kCoutTile, kHalfOut>(a, tile, t0, block_rows.c0);
     }
@@ -1108,7 +1116,6 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
                                   kGroups == 1 ? 3 : (kInBlock ? 1 : 2))
     conv1d_wgmma_kernel(const ConvArgs a, const __grid_constant__ CUtensorMap w_map,
                         const __grid_constant__ CUtensorMap x_map, const ChannelApply* x_apply) {
-    static_assert(!(kPhases && kHalfOut), "FP16 output: a conv1d's only");
     static_assert(!kRawX || (!kPhases && !kInBlock), "a raw input: a conv1d of one split");
     await_producers();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1316,7 +1323,7 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
     }
     if constexpr (kPhases) {
         static_assert(kN == kCoutTile, "a transposed conv's phases take the wide tile");
-        store_phases_tile<kTile, kThreads>(a, tile, t0, block_rows);
+        store_phases_tile<kTile, kThreads, kHalfOut>(a, tile, t0, block_rows);
     } else {
         store_staged_tile<kTile, kThreads, kN, kHalfOut>(a, tile, t0, block_rows.c0);
     }
@@ -1351,7 +1358,6 @@ __device__ void store_block_stats(const ConvArgs& a, int c, bool inside, float v
 // partial over its kThreads columns (store_block_stats). grid.y = p Cout + c.
 template <bool kPhases, bool kHalfOut = false>
 __global__ void split_sum_kernel(const ConvArgs a, int splits) {
-    static_assert(!(kPhases && kHalfOut), "FP16 output: a conv1d's only");
     await_producers();
     const int q = blockIdx.x * blockDim.x + threadIdx.x;
     const int row = int(blockIdx.y), p = kPhases ? row / a.Cout : 0, c = row - p * a.Cout;
@@ -1368,7 +1374,7 @@ __global__ void split_sum_kernel(const ConvArgs a, int splits) {
         const int64_t res_at = c * row_pitch(len, a.residual_is_half) + a.y_left + t;
         v = (u + (a.residual != nullptr ? residual_at(a, res_at) : 0.f)) * a.out_scale;
         v = store_value<kHalfOut>(a.y, kHalfOut ? a.y_half : nullptr, at, v);
-        if (kPhases && t == 1 && a.y_left != 0) store_pad(a, c, u);
+        if (kPhases && t == 1 && a.y_left != 0) store_pad<kHalfOut>(a, c, u);
     }
     if (kPhases || a.stats == nullptr) return;  // uniform over the block
     store_block_stats(a, c, inside, v);
@@ -1622,7 +1628,11 @@ void launch_mapped(const Gpu& gpu, const Plan& p, HalfKernel which, const ConvAr
 void launch(const Gpu& gpu, const Plan& p, HalfKernel which, const ConvArgs& a, bool half_out,
             const ChannelApply* x_apply, cudaStream_t stream) {
     if (has_phases(a)) {
-        launch_mapped<true, false, false>(gpu, p, which, a, nullptr, stream);
+        if (half_out) {
+            launch_mapped<true, true, false>(gpu, p, which, a, nullptr, stream);
+        } else {
+            launch_mapped<true, false, false>(gpu, p, which, a, nullptr, stream);
+        }
     } else if (x_apply != nullptr) {
         if (half_out) {
             launch_mapped<false, true, true>(gpu, p, which, a, x_apply, stream);
@@ -1874,8 +1884,8 @@ void run(HalfCall c, HalfInput x, const __half* w, float w_scale, const float* b
     if (residual.f16 != nullptr && igemm::has_phases(c.args)) {
         throw CudaError("tensor-core conv: an FP16 residual needs a conv1d");
     }
-    if (half_out && (igemm::has_phases(c.args) || c.args.Cout <= igemm::kNarrowCoutTile)) {
-        throw CudaError("tensor-core conv: an FP16 output needs a conv1d of more than " +
+    if (half_out && c.args.Cout <= igemm::kNarrowCoutTile) {
+        throw CudaError("tensor-core conv: an FP16 output needs more than " +
                         std::to_string(igemm::kNarrowCoutTile) + " output channels");
     }
     if (stats != nullptr && c.stats_parts() == 0) {
@@ -1915,9 +1925,11 @@ void run(HalfCall c, HalfInput x, const __half* w, float w_scale, const float* b
     if (plan.splits == 1) return;
     a.stats = stats;
     if (!plan.in_block) {
-        launch_dependent(igemm::has_phases(a) ? igemm::split_sum_kernel<true>
-                         : half_out           ? igemm::split_sum_kernel<false, true>
-                                              : igemm::split_sum_kernel<false>,
+        const bool phases = igemm::has_phases(a);
+        launch_dependent(phases ? (half_out ? igemm::split_sum_kernel<true, true>
+                                            : igemm::split_sum_kernel<true>)
+                         : half_out ? igemm::split_sum_kernel<false, true>
+                                    : igemm::split_sum_kernel<false>,
                          per_channel_grid(a.phases * a.Cout, a.Tout), dim3(kThreads), 0, stream,
                          "split_sum_kernel", a, plan.splits);
     } else if (stats != nullptr) {
@@ -1996,8 +2008,8 @@ int conv_transpose1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, in
 }
 
 void conv_transpose1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b,
-                                float* y, int Cin, int Cout, int Tin, int K, int stride, int pad,
-                                int reflect_left, const float* residual, HalfOperands form,
+                                FloatOrHalf y, int Cin, int Cout, int Tin, int K, int stride,
+                                int pad, int reflect_left, const float* residual, HalfOperands form,
                                 float* scratch, cudaStream_t stream, HalfKernel kernel,
                                 double* stats) {
     run(transposed_call(Cin, Cout, Tin, K, stride, pad, reflect_left, form), x, w, w_scale, b, y,

@@ -436,10 +436,11 @@ struct Context {
     // 0); residual (may be null) has y's shape and may equal y. A
     // tensor-core weight (DeviceWeights::half_transposed) runs polyphase on
     // the tensor-core kernel, all of it in one pass after the half rows
-    // (y_stats_slot as adain_conv1d's; x may be a ScaledSum); the others (the
-    // decoder's depthwise pool) as ops::conv_transpose1d, without pad or
-    // residual.
-    ops::ChannelPartials conv_transpose1d(const std::string& prefix, ops::ScaledSum x, float* y,
+    // (y_stats_slot as adain_conv1d's; x may be a ScaledSum, y FP16 with an
+    // fp32 residual); the others (the decoder's depthwise pool) as
+    // ops::conv_transpose1d, fp32, without pad or residual.
+    ops::ChannelPartials conv_transpose1d(const std::string& prefix, ops::ScaledSum x,
+                                          ops::FloatOrHalf y,
                                           int c_in, int c_out, int t_in, int kernel, int stride,
                                           int pad, int output_padding, int groups,
                                           float leaky_slope = 1.f, int reflect_left = 0,

@@ -445,7 +445,10 @@ int64_t conv_transpose1d_scratch_floats(int Cin, int Cout, int Tin, int K, int g
 // ConvTranspose1d, dense, on the tensor cores (the generator's upsamplers):
 // y = pad(conv_transpose(x) + b) + residual, with pad the reflection pad
 // (reflect_left, 0) (reflect_left 0 or 1) and y [Cout, reflect_left +
-// Tout]; residual (may be null) has y's shape and may equal y. Polyphase:
+// Tout], fp32 or FP16 (rounded, rows at half_channels_pitch(reflect_left +
+// Tout), more than 32 output channels; its statistics the rounded
+// values'); residual (fp32, may be null) has y's shape and may equal an fp32
+// y. Polyphase:
 // each of the stride output phases is a conv of K / stride taps over x, so
 // all of them are ONE conv1d_half_rows GEMM with stride x Cout rows whose
 // epilogue interleaves the phases into y (no overlap-add, no atomics).
@@ -455,8 +458,8 @@ int64_t conv_transpose1d_scratch_floats(int Cin, int Cout, int Tin, int K, int g
 // kernel and stats as conv1d_half_rows's (stats: one partial per time tile,
 // then one for the pad's element; none where the reduction is split).
 void conv_transpose1d_half_rows(const __half* x, const __half* w, float w_scale, const float* b,
-                                float* y, int Cin, int Cout, int Tin, int K, int stride, int pad,
-                                int reflect_left, const float* residual, HalfOperands form,
+                                FloatOrHalf y, int Cin, int Cout, int Tin, int K, int stride,
+                                int pad, int reflect_left, const float* residual, HalfOperands form,
                                 float* scratch, cudaStream_t stream,
                                 HalfKernel kernel = HalfKernel::kBest,
                                 double* stats = nullptr);
