@@ -404,6 +404,18 @@ def test_forward_batch_equals_one_by_one(
     assert backend.forward_batch([], deterministic=True) == []
 
 
+def test_forward_batch_past_the_pinned_bound(fast: CUDABackend, config: ModelConfig) -> None:
+    """Results past the engine's page-locked bound (PinnedPool::kLiveBytes, 256 MB of audio alive at
+    once) land in ordinary memory through each lane's staging block: every one the same bits as the
+    one-by-one call's."""
+    ids, ref_s = random_inputs(config, 400, seed=300)
+    one, _ = fast.forward(ids, ref_s, 1.0, deterministic=True, seed=0)
+    count = (300 << 20) // one.nbytes + 2
+    batch = fast.forward_batch([(ids, ref_s, 1.0, 0)] * count, deterministic=True)
+    assert sum(audio.nbytes for audio, _ in batch) > 256 << 20
+    assert all(audio.tobytes() == one.tobytes() for audio, _ in batch)
+
+
 def test_synthesize_batch_equals_synthesize(fast: CUDABackend, config: ModelConfig, tmp_path: Path) -> None:
     voices = tmp_path / "voices"
     voices.mkdir()

@@ -62,6 +62,10 @@ inline void* pinned_alloc(size_t bytes, const char* what) {
     }
     return p;
 }
+// Frees pinned_alloc's memory (a std::unique_ptr deleter).
+struct PinnedFree {
+    void operator()(void* p) const noexcept { static_cast<void>(cudaFreeHost(p)); }
+};
 
 }  // namespace kokoro
 

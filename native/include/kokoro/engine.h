@@ -36,8 +36,9 @@ public:
 // its first-touch page faults), and the block comes back when the result's
 // last holder (the NumPy array) lets go. Bounded, since user arrays would
 // otherwise pin host memory for as long as they live: blocks in use up to
-// kLiveBytes (beyond it a result gets ordinary memory, and a slower copy),
-// free ones kept up to kKeepBytes (the largest go first). Thread-safe.
+// kLiveBytes (beyond it a result gets ordinary memory, filled through its
+// lane's page-locked staging block: a second copy, on the host), free ones
+// kept up to kKeepBytes (the largest go first). Thread-safe.
 class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
 public:
     static constexpr int64_t kLiveBytes = int64_t(256) << 20;
