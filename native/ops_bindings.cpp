@@ -846,6 +846,29 @@ py::array_t<float> conv_transpose1d(const FloatArray& x, const FloatArray& w, co
     return y.download({Cout, Tout});
 }
 
+// ops::conv_transpose1d_depthwise_half_rows: the depthwise transposed conv
+// (w [C, 1, K]) of x [C, Tin] as half rows [Tout, ld] ([2, Tout, ld] when
+// split), downloaded as float32.
+py::array_t<float> conv_transpose1d_depthwise_half(const FloatArray& x, const FloatArray& w,
+                                                   const OptionalFloat& b, int stride, int pad,
+                                                   int output_padding, bool split) {
+    require_ndim(x, 2, "x");
+    require_ndim(w, 3, "w");
+    const int C = dim(x, 0), Tin = dim(x, 1), K = dim(w, 2);
+    require(dim(w, 0) == C && dim(w, 1) == 1,
+            "conv_transpose1d_depthwise_half: w must be [C, 1, K]");
+    const int Tout = ops::conv_transpose1d_out_len(Tin, K, stride, pad, output_padding);
+    require(Tout > 0, "conv_transpose1d_depthwise_half: no output steps");
+    const ops::HalfOperands form = half_form(split);
+    const int ld = ops::half_rows_pitch(C);
+    DFloat dx = DFloat::from(x), dw = conv_weight(w);
+    OptionalDevice db(b);
+    auto rows = DeviceArray<__half>::poisoned(int64_t(ops::half_parts(form)) * Tout * ld);
+    ops::conv_transpose1d_depthwise_half_rows(dx.get(), dw.get(), db.get(), rows.get(), C, Tin, K,
+                                              stride, pad, output_padding, form, stream());
+    return download_half_rows(rows, Tout, ld, form);
+}
+
 // The polyphase tensor-core transposed conv ("fp16" / "fp16x3" maths, the
 // "_mma_sync" suffix too), dense: y = pad(conv_transpose(act(x)) + b) +
 // residual, act = LeakyReLU(leaky_slope), pad the reflection pad
@@ -1044,6 +1067,9 @@ void register_ops(py::module_& m) {
           "math"_a = "fp16", "repeats"_a = 20);
     o.def("conv_transpose1d", &conv_transpose1d, "x"_a, "w"_a, "b"_a = py::none(), "stride"_a = 1,
           "pad"_a = 0, "output_padding"_a = 0, "groups"_a = 1);
+    o.def("conv_transpose1d_depthwise_half", &conv_transpose1d_depthwise_half, "x"_a, "w"_a,
+          "b"_a = py::none(), "stride"_a = 2, "pad"_a = 1, "output_padding"_a = 1,
+          "split"_a = false);
     o.def("conv_transpose1d_half", &conv_transpose1d_half, "x"_a, "w"_a, "b"_a = py::none(),
           "stride"_a = 1, "pad"_a = 0, "reflect_left"_a = 0, "residual"_a = py::none(),
           "residual_in_place"_a = false, "leaky_slope"_a = 1.f, "math"_a = "fp16",

@@ -1020,6 +1020,24 @@ def test_conv_transpose1d(rng: np.random.Generator, case: tuple[int, ...]) -> No
         )
 
 
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("c,t_len", [(1090, 473), (512, 37), (33, 1), (70, 130)])
+def test_conv_transpose1d_depthwise_half(rng: np.random.Generator, c: int, t_len: int, split: bool) -> None:
+    """The AdainResBlk1d's learned upsampler written straight as the next conv's half rows: bit
+    for bit the half rows of the fp32 depthwise transposed conv's output (the same values,
+    rounded or split alike), the bias included or not."""
+    x = f32(rng.standard_normal((c, t_len)))
+    w = f32(rng.standard_normal((c, 1, 3)))
+    b = f32(rng.standard_normal(c))
+    for bias in (b, None):
+        y = gpu.conv_transpose1d(x, w, bias, 2, 1, 1, c)
+        assert y.shape == (c, 2 * t_len)
+        got = gpu.conv_transpose1d_depthwise_half(x, w, bias, 2, 1, 1, split)
+        assert np.array_equal(got, gpu.to_half_rows(y, split))
+    with pytest.raises(ValueError, match=r"\[C, 1, K\]"):
+        gpu.conv_transpose1d_depthwise_half(x, f32(np.ones((c, 2, 3))))
+
+
 # (Cin, Cout, Tin, K, stride, pad) of the polyphase tensor-core transposed conv
 HALF_CONV_TRANSPOSE_CASES = [
     (512, 256, 37, 20, 10, 5),  # ups[0] on a short input: few blocks, split reduction

@@ -55,9 +55,7 @@ void adain_res_blk1d(const Context& ctx, const Context& lane, const std::string&
         float* normed = ctx.floats("block.normed", int64_t(c_in) * T);
         ctx.adain(x, normed, c_in, T, prefix + ".norm1.fc", ops::Activation::kLeakyRelu,
                   kLeakySlope, nullptr);
-        float* pooled = ctx.floats("block.pooled", int64_t(c_in) * t_out);
-        ctx.conv_transpose1d(prefix + ".pool", normed, pooled, c_in, c_in, T, 3, 2, 1, 1, c_in);
-        ctx.conv1d(prefix + ".conv1", pooled, hidden, c_in, c_out, t_out, 3, 1, 1, 1, 1, true);
+        ctx.pool_conv1d(prefix + ".pool", prefix + ".conv1", normed, hidden, c_in, c_out, T);
     } else {
         hidden_stats = ctx.adain_conv1d(x, hidden, c_in, c_out, T, prefix + ".norm1.fc",
                                         ops::Activation::kLeakyRelu, kLeakySlope, nullptr,

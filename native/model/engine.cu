@@ -663,6 +663,31 @@ ops::ChannelPartials Context::conv1d_half_rows(const DeviceWeights::HalfConv& w,
     return y_stats;
 }
 
+void Context::pool_conv1d(const std::string& pool_prefix, const std::string& conv_prefix,
+                          const float* x, float* y, int c, int c_out, int t_in) const {
+    constexpr int kPoolKernel = 3, kPoolStride = 2, kPoolPad = 1, kPoolOutputPad = 1;
+    constexpr int kConvKernel = 3, kConvPad = 1;
+    const int t_out =
+        ops::conv_transpose1d_out_len(t_in, kPoolKernel, kPoolStride, kPoolPad, kPoolOutputPad);
+    const std::string conv_weight = conv_prefix + ".weight";
+    if (!weights.has_half(conv_weight)) {
+        float* pooled = floats("block.pooled", int64_t(c) * t_out);
+        conv_transpose1d(pool_prefix, x, pooled, c, c, t_in, kPoolKernel, kPoolStride, kPoolPad,
+                         kPoolOutputPad, c);
+        conv1d(conv_prefix, pooled, y, c, c_out, t_out, kConvKernel, 1, kConvPad, 1, 1, true);
+        return;
+    }
+    const DeviceWeights::HalfConv w =
+        weights.get_half(conv_weight, int64_t(c_out) * kConvKernel * ops::half_rows_pitch(c));
+    __half* rows = half_rows(c, t_out, w.form);
+    ops::conv_transpose1d_depthwise_half_rows(
+        x, weights.get(pool_prefix + ".weight", int64_t(c) * kPoolKernel),
+        weights.get(pool_prefix + ".bias", c), rows, c, t_in, kPoolKernel, kPoolStride, kPoolPad,
+        kPoolOutputPad, w.form, stream);
+    conv1d_half_rows(w, rows, y, c, c_out, t_out, kConvKernel, kConvPad, 1,
+                     weights.get(conv_prefix + ".bias", c_out), nullptr);
+}
+
 const __half* Context::conv1x1_half(const std::string& prefix, const float* x, int c_in,
                                     int c_out, int t, const char* y_slot) const {
     const DeviceWeights::HalfConv w =

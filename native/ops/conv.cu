@@ -105,7 +105,10 @@
 //
 // Grouped (the depthwise upsampler) and tiny convs (F0_conv: 1 channel, k3)
 // run as a direct kernel, one thread per output element, in fp32 whatever
-// the GemmMath (it applies to the GEMMs only).
+// the GemmMath (it applies to the GEMMs only). Where a tensor-core conv reads
+// the depthwise upsampler's output, the upsampler writes that conv's half
+// rows itself (conv_transpose1d_depthwise_half_rows: the same fp32 values,
+// computed inside the half-rows pass's tiles).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -339,6 +342,31 @@ __global__ void conv_transpose1d_direct_kernel(const float* x, const float* w, c
     });
     if (b != nullptr) acc += b[co];
     y[int64_t(co) * Tout + t] = acc;
+}
+
+// A depthwise transposed conv's output as a write_half_rows source (index
+// c Tout + t), each value as conv_transpose1d_direct_kernel computes it:
+// taps ascending, then the bias.
+struct DepthwiseTransposedSource {
+    const float* x;
+    const float* w;
+    const float* b;
+    int Tin, Tout, K, stride, pad;
+    __device__ float operator[](int64_t i) const {
+        const int c = int(i / Tout), t = int(i - int64_t(c) * Tout);
+        float acc = 0.f;
+        for_each_transposed_tap(t, K, stride, pad, Tin, [&](int k, int j) {
+            acc += w[int64_t(c) * K + k] * x[int64_t(c) * Tin + j];
+        });
+        if (b != nullptr) acc += b[c];
+        return acc;
+    }
+};
+
+__global__ void depthwise_transposed_half_rows_kernel(DepthwiseTransposedSource x, __half* y,
+                                                      __half* y_lo, int C) {
+    await_producers();
+    write_half_rows(x, y, y_lo, C, x.Tout, [](int) { return [](float v) { return v; }; });
 }
 
 dim3 per_channel_grid(int C, int T) { return dim3(unsigned((T + kThreads - 1) / kThreads), unsigned(C)); }
@@ -2014,6 +2042,20 @@ void conv_transpose1d_half_rows(const __half* x, const __half* w, float w_scale,
                                 double* stats) {
     run(transposed_call(Cin, Cout, Tin, K, stride, pad, reflect_left, form), x, w, w_scale, b, y,
         residual, scratch, stream, kernel, stats);
+}
+
+void conv_transpose1d_depthwise_half_rows(const float* x, const float* w, const float* b,
+                                          __half* rows, int C, int Tin, int K, int stride,
+                                          int pad, int output_padding, HalfOperands form,
+                                          cudaStream_t stream) {
+    const int Tout = conv_transpose1d_out_len(Tin, K, stride, pad, output_padding);
+    if (C == 0 || Tout <= 0) return;
+    __half* rows_lo = form == HalfOperands::kSplit ? rows + int64_t(Tout) * half_rows_pitch(C)
+                                                   : nullptr;
+    launch_dependent(depthwise_transposed_half_rows_kernel, half_rows_grid(C, Tout),
+                     dim3(kHalfRowsThreads), 0, stream, "depthwise_transposed_half_rows_kernel",
+                     DepthwiseTransposedSource{x, w, b, Tin, Tout, K, stride, pad}, rows, rows_lo,
+                     C);
 }
 
 void conv_transpose1d(cublasHandle_t handle, const float* x, const float* w, const float* b,

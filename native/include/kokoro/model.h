@@ -415,6 +415,13 @@ struct Context {
                                           ops::ConstFloatOrHalf residual,
                                           const char* y_stats_slot = nullptr,
                                           float out_scale = 1.f) const;
+    // An AdainResBlk1d's learned upsampler (`pool_prefix`: depthwise
+    // ConvTranspose1d k3, stride 2, pad 1, output pad 1) of x [c, t_in], then
+    // the conv `conv_prefix` (k3, pad 1, bias) into y [c_out, 2 t_in]: with a
+    // tensor-core conv the upsampler writes its half rows itself
+    // (ops::conv_transpose1d_depthwise_half_rows), else through an fp32 buffer.
+    void pool_conv1d(const std::string& pool_prefix, const std::string& conv_prefix,
+                     const float* x, float* y, int c, int c_out, int t_in) const;
     // The pointwise conv `prefix` (no bias) of x [c_in, t] on its FP16 weight
     // (DeviceWeights::half_pointwise): y [c_out, t] FP16 channels-first in the
     // workspace slot `y_slot` (ops::conv1x1_half_rows).

@@ -467,6 +467,17 @@ int64_t conv_transpose1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, in
                                                   int pad, HalfOperands form);
 int conv_transpose1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int stride, int pad,
                                            int reflect_left, HalfOperands form);
+// ConvTranspose1d, depthwise (groups = C in and out: the AdainResBlk1d's
+// learned upsampler "pool"), written straight as the half rows of its
+// output for the tensor-core conv after it: rows [Tout, half_rows_pitch(C)]
+// in `form`, as to_half_rows lays them out, each value the fp32 one that
+// conv_transpose1d computes (the same taps in the same order, then the
+// bias), rounded (kSplit: hi, lo). w [C, K, 1] (device layout), b [C] or
+// null. No fp32 output and no conversion pass.
+void conv_transpose1d_depthwise_half_rows(const float* x, const float* w, const float* b,
+                                          __half* rows, int C, int Tin, int K, int stride,
+                                          int pad, int output_padding, HalfOperands form,
+                                          cudaStream_t stream);
 // Host-side: a device-layout transposed-conv weight [Cin, K, Cout] (fp32) as
 // conv_transpose1d_half_rows's FP16 [K, Cout, ld] (ld =
 // half_rows_pitch(Cin); kSplit: hi, then lo), scaled as
