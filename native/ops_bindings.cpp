@@ -528,14 +528,10 @@ py::array_t<float> to_half_rows(const FloatArray& x, bool split,
             terms.push_back(DFloat::from(*t));
         }
     }
-    const ops::ScaledSum sum = [&] {
-        if (terms_half) {
-            auto term = [&](size_t i) { return i < given.size() ? half_terms[i].get() : nullptr; };
-            return ops::ScaledSum(term(0), term(1), scale, term(2));
-        }
-        auto term = [&](size_t i) { return i < given.size() ? terms[i].get() : nullptr; };
-        return ops::ScaledSum(term(0), term(1), scale, term(2));
-    }();
+    auto half = [&](size_t i) { return i < half_terms.size() ? half_terms[i].get() : nullptr; };
+    auto full = [&](size_t i) { return i < terms.size() ? terms[i].get() : nullptr; };
+    const ops::ScaledSum sum = terms_half ? ops::ScaledSum(half(0), half(1), scale, half(2))
+                                          : ops::ScaledSum(full(0), full(1), scale, full(2));
     const ops::HalfOperands form = half_form(split);
     auto rows = DeviceArray<__half>::poisoned(int64_t(ops::half_parts(form)) * T * ld);
     ops::to_half_rows(sum, rows.get(), C, T, form, stream(), leaky_slope);

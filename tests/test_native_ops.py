@@ -1051,6 +1051,20 @@ HALF_CONV_TRANSPOSE_CASES = [
 ]
 
 
+def check_partial_totals(y: np.ndarray, parts: np.ndarray) -> None:
+    """Statistics partials of y [C, T] in any order (a transposed conv's: per time tile, then the
+    reflection pad's element): every element counted once, their sums and squared deviations
+    adding up to y's."""
+    y64 = f64(y)
+    counts, sums, m2 = parts[:, :, 0], parts[:, :, 1], parts[:, :, 2]
+    assert np.all(counts.sum(axis=1) == y.shape[1]), "every element counted once"
+    np.testing.assert_allclose(sums.sum(axis=1), y64.sum(axis=1), rtol=1e-11, atol=1e-11 * y.shape[1])
+    mean = y64.mean(axis=1, keepdims=True)
+    safe = np.maximum(counts, 1)
+    total_m2 = (m2 + np.where(counts > 0, (sums / safe - mean) ** 2 * counts, 0)).sum(axis=1)
+    np.testing.assert_allclose(total_m2, ((y64 - mean) ** 2).sum(axis=1), rtol=1e-9)
+
+
 def leaky_f32(x: np.ndarray, slope: float) -> np.ndarray:
     """LeakyReLU as the GPU computes it (float32)."""
     return f32(np.where(x >= 0, x, x * np.float32(slope)))
@@ -1088,14 +1102,7 @@ def test_conv_transpose1d_half(rng: np.random.Generator, case: tuple[int, ...], 
             check(name, y, want + f64(residual), tol)
         if parts.shape[1] == 0:  # a split reduction: no statistics
             continue
-        y64 = f64(y)
-        counts, sums, m2 = parts[:, :, 0], parts[:, :, 1], parts[:, :, 2]
-        assert np.all(counts.sum(axis=1) == y.shape[1]), "every element counted once"
-        np.testing.assert_allclose(sums.sum(axis=1), y64.sum(axis=1), rtol=1e-11, atol=1e-11 * y.shape[1])
-        mean = y64.mean(axis=1, keepdims=True)
-        safe = np.maximum(counts, 1)
-        total_m2 = (m2 + np.where(counts > 0, (sums / safe - mean) ** 2 * counts, 0)).sum(axis=1)
-        np.testing.assert_allclose(total_m2, ((y64 - mean) ** 2).sum(axis=1), rtol=1e-9)
+        check_partial_totals(y, parts)
         style = f32(rng.standard_normal(2 * c_out) * 0.5)
         alpha = f32(rng.uniform(0.2, 2.0, c_out))
         own = gpu.adain(y, style, "snake", 0.2, alpha, half_rows=True, split=split)
@@ -1125,14 +1132,8 @@ def test_conv_transpose1d_half_out(rng: np.random.Generator, case: tuple[int, ..
         assert np.array_equal(y16, round_half(y32))
         if parts.shape[1] == 0:  # a split reduction: no statistics
             continue
-        y64 = f64(y16)
-        counts, sums, m2 = parts[:, :, 0], parts[:, :, 1], parts[:, :, 2]
-        assert np.all(counts.sum(axis=1) == t_out), "every element counted once"
-        np.testing.assert_allclose(sums.sum(axis=1), y64.sum(axis=1), rtol=1e-11, atol=1e-11 * t_out)
-        mean = y64.mean(axis=1, keepdims=True)
-        safe = np.maximum(counts, 1)
-        total_m2 = (m2 + np.where(counts > 0, (sums / safe - mean) ** 2 * counts, 0)).sum(axis=1)
-        np.testing.assert_allclose(total_m2, ((y64 - mean) ** 2).sum(axis=1), rtol=1e-9)
+        assert y16.shape[1] == t_out
+        check_partial_totals(y16, parts)
     with pytest.raises(ValueError, match="in place"):
         gpu.conv_transpose1d_half(x, w, b, stride, pad, 0, y32[:, 1:], True, 0.1, math_name, True)
 

@@ -1268,17 +1268,18 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace, const float* d_en_give
     return result;
 }
 
-// ----------------------------------------------------------------- PinnedPool
-
 float* Lane::audio_staging(int64_t floats) {
     if (floats > audio_staging_floats_) {
         audio_staging_.reset();
+        audio_staging_floats_ = 0;  // (none, should the allocation below throw)
         audio_staging_.reset(
             static_cast<float*>(pinned_alloc(sizeof(float) * floats, "the audio's staging")));
         audio_staging_floats_ = floats;
     }
     return audio_staging_.get();
 }
+
+// ----------------------------------------------------------------- PinnedPool
 
 void PinnedPool::Return::operator()(float* block) const noexcept {
     if (pool == nullptr) {

@@ -1564,9 +1564,9 @@ CUtensorMap tensor_map(const char* what, const __half* base, const cuuint64_t (&
 template <int kN>
 CUtensorMap weight_map(const ConvArgs& a) {
     return tensor_map<4>("conv1d weight", a.w,
-                           {cuuint64_t(a.ld), cuuint64_t(a.K), cuuint64_t(a.Cout),
-                            cuuint64_t(a.w_lo != nullptr ? 2 : 1)},
-                           {kBK, 1, kN, 1});
+                         {cuuint64_t(a.ld), cuuint64_t(a.K), cuuint64_t(a.Cout),
+                          cuuint64_t(a.w_lo != nullptr ? 2 : 1)},
+                         {kBK, 1, kN, 1});
 }
 
 // The map of the input half rows, [parts][Tin][ld], whose box (64 channels,
@@ -1574,9 +1574,9 @@ CUtensorMap weight_map(const ConvArgs& a) {
 // channels past ld come in as zeros.
 CUtensorMap window_map(const ConvArgs& a, int rows) {
     return tensor_map<3>("conv input", a.x,
-                           {cuuint64_t(a.ld), cuuint64_t(a.Tin),
-                            cuuint64_t(a.x_lo != nullptr ? 2 : 1)},
-                           {kBK, cuuint32_t(rows), 1});
+                         {cuuint64_t(a.ld), cuuint64_t(a.Tin),
+                          cuuint64_t(a.x_lo != nullptr ? 2 : 1)},
+                         {kBK, cuuint32_t(rows), 1});
 }
 
 // The map of a raw input (ops::HalfInput), [1][ld][Tin] at rows of
@@ -2050,12 +2050,10 @@ void conv_transpose1d_depthwise_half_rows(const float* x, const float* w, const 
                                           cudaStream_t stream) {
     const int Tout = conv_transpose1d_out_len(Tin, K, stride, pad, output_padding);
     if (C == 0 || Tout <= 0) return;
-    __half* rows_lo = form == HalfOperands::kSplit ? rows + int64_t(Tout) * half_rows_pitch(C)
-                                                   : nullptr;
     launch_dependent(depthwise_transposed_half_rows_kernel, half_rows_grid(C, Tout),
                      dim3(kHalfRowsThreads), 0, stream, "depthwise_transposed_half_rows_kernel",
-                     DepthwiseTransposedSource{x, w, b, Tin, Tout, K, stride, pad}, rows, rows_lo,
-                     C);
+                     DepthwiseTransposedSource{x, w, b, Tin, Tout, K, stride, pad}, rows,
+                     half_rows_lo(rows, C, Tout, form), C);
 }
 
 void conv_transpose1d(cublasHandle_t handle, const float* x, const float* w, const float* b,

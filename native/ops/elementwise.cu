@@ -307,7 +307,7 @@ void interpolate_linear(const float* x, float* out, int C, int Tin, int Tout, do
 void to_half_rows(ScaledSum x, __half* y, int C, int T, HalfOperands form, cudaStream_t stream,
                   float leaky_slope) {
     if (C == 0 || T == 0) return;
-    __half* y_lo = form == HalfOperands::kSplit ? y + int64_t(T) * half_rows_pitch(C) : nullptr;
+    __half* y_lo = half_rows_lo(y, C, T, form);
     if (x.half()) {
         launch_dependent(to_half_rows_kernel<__half>, half_rows_grid(C, T),
                          dim3(kHalfRowsThreads), 0, stream, "to_half_rows_kernel",

@@ -522,7 +522,7 @@ void adain_half_rows(ConstFloatOrHalf x, __half* y, int C, int T, const float* s
     }
     const AdainArgs args = half_rows_args(x.f32, C, T, style, act, act_slope, alpha, form);
     const ChannelApply* apply = channel_applies(args, scratch, stream, given);
-    __half* y_lo = form == HalfOperands::kSplit ? y + int64_t(T) * half_rows_pitch(C) : nullptr;
+    __half* y_lo = half_rows_lo(y, C, T, form);
     adain_half_rows_launch(args, x, apply, y, y_lo, stream);
 }
 

@@ -201,6 +201,11 @@ __host__ __device__ inline int half_rows_pitch(int C) { return (C + 7) / 8 * 8; 
 enum class HalfOperands { kRounded, kSplit };
 // FP16 parts stored per value.
 inline int half_parts(HalfOperands form) { return form == HalfOperands::kSplit ? 2 : 1; }
+// The lo rows of half rows [T, half_rows_pitch(C)] in `form` (kSplit: after
+// the hi rows; null when rounded).
+inline __half* half_rows_lo(__half* rows, int C, int T, HalfOperands form) {
+    return form == HalfOperands::kSplit ? rows + int64_t(T) * half_rows_pitch(C) : nullptr;
+}
 // Row pitch of an FP16 channels-first tensor [C, T] (FloatOrHalf's f16): T
 // rounded up to 8, so that every row starts 16-byte aligned, as the TMA
 // copies of a conv's raw input (HalfInput) need. Columns T.. are never read
