@@ -285,6 +285,22 @@ def test_fast_audio_close_to_cpu_reference(
     assert audio.tobytes() != fp32_audio.tobytes(), "fast mode should use other GEMMs"
 
 
+def test_fast_f0_stays_float32_level(
+    config: ModelConfig, weights: dict[str, np.ndarray], fast: CUDABackend
+) -> None:
+    """Fast precision keeps the F0 stack on split operands (F0 feeds the source's phase) and runs
+    the N stack, which feeds only the decoder, on rounded FP16 operands like the decoder's."""
+    ids, ref_s = random_inputs(config, 48, seed=3)
+    cpu_trace: dict[str, np.ndarray] = {}
+    fast_trace: dict[str, np.ndarray] = {}
+    CPUBackend(config, weights).forward(ids, ref_s, 1.0, deterministic=True, seed=None, trace=cpu_trace)
+    fast.forward(ids, ref_s, 1.0, deterministic=True, seed=None, trace=fast_trace)
+    err_f0, err_n = rel_error(fast_trace["F0"], cpu_trace["F0"]), rel_error(fast_trace["N"], cpu_trace["N"])
+    print(f"\nfast vs CPU fp32, max|d|/max|ref|: F0 {err_f0:.3e}, N {err_n:.3e}")
+    assert err_f0 < 1e-5
+    assert err_n < 1e-2
+
+
 def test_fast_short_utterance_concurrent_resblocks(
     config: ModelConfig, weights: dict[str, np.ndarray], fast: CUDABackend
 ) -> None:

@@ -28,24 +28,29 @@ void adain_res_blk1d(const Context& ctx, const Context& lane, const std::string&
     const int t_out = upsample ? 2 * T : T;
 
     // Shortcut: [nearest x2] -> [1x1 conv when the channel count changes], on
-    // the lane: it needs x alone, so it runs beside the residual path.
+    // the lane: it needs x alone, so it runs beside the residual path. The
+    // two commute (an upsampled column is a copy), so an fp32 1x1 conv runs
+    // first, on half the columns; the FP16 GEMM's output is FP16, so it
+    // runs on the upsampled x.
     const bool apart = &lane != &ctx && (upsample || c_in != c_out);
     if (apart) lane.wait_for(ctx);  // x
-    const float* upsampled = x;
-    if (upsample) {
-        float* buffer = lane.floats("block.upsampled", int64_t(c_in) * t_out);
-        ops::upsample_nearest(x, buffer, c_in, T, 2, lane.stream);
-        upsampled = buffer;
-    }
-    ops::ConstFloatOrHalf shortcut = upsampled;
+    auto upsampled = [&](const float* src, int channels) -> const float* {
+        if (!upsample) return src;
+        float* buffer = lane.floats("block.upsampled", int64_t(channels) * t_out);
+        ops::upsample_nearest(src, buffer, channels, T, 2, lane.stream);
+        return buffer;
+    };
+    ops::ConstFloatOrHalf shortcut = nullptr;
     const std::string conv1x1 = prefix + ".conv1x1";
     if (c_in != c_out && lane.weights.has_half(conv1x1 + ".weight")) {
-        shortcut =
-            lane.conv1x1_half(conv1x1, upsampled, c_in, c_out, t_out, "block.shortcut_half");
+        shortcut = lane.conv1x1_half(conv1x1, upsampled(x, c_in), c_in, c_out, t_out,
+                                     "block.shortcut_half");
     } else if (c_in != c_out) {
-        float* projected = lane.floats("block.shortcut", int64_t(c_out) * t_out);
-        lane.conv1d(conv1x1, upsampled, projected, c_in, c_out, t_out, 1, 1, 0, 1, 1, false);
-        shortcut = projected;
+        float* projected = lane.floats("block.shortcut", int64_t(c_out) * T);
+        lane.conv1d(conv1x1, x, projected, c_in, c_out, T, 1, 1, 0, 1, 1, false);
+        shortcut = upsampled(projected, c_out);
+    } else {
+        shortcut = upsampled(x, c_in);
     }
 
     // Residual: AdaIN + LeakyReLU, [depthwise x2 upsampler], conv, AdaIN + LeakyReLU, conv.

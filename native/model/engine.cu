@@ -161,7 +161,8 @@ bool DeviceWeights::half_only(const std::string& name, int c_in) {
 }
 
 bool DeviceWeights::half_pointwise(const std::string& name, ops::HalfOperands form) {
-    return form == ops::HalfOperands::kRounded && name.rfind("decoder.", 0) == 0 &&
+    return form == ops::HalfOperands::kRounded && half_form(name, form) == form &&
+           (name.rfind("decoder.", 0) == 0 || name.rfind("predictor.", 0) == 0) &&
            name.find(".conv1x1.") != std::string::npos;
 }
 
@@ -170,7 +171,7 @@ bool DeviceWeights::half_transposed(const std::string& name) {
 }
 
 ops::HalfOperands DeviceWeights::half_form(const std::string& name, ops::HalfOperands form) {
-    return name.rfind("predictor.", 0) == 0 ? ops::HalfOperands::kSplit : form;
+    return name.rfind("predictor.F0", 0) == 0 ? ops::HalfOperands::kSplit : form;
 }
 
 DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOperands form) {

@@ -110,13 +110,15 @@ public:
     // stores them.
     static bool half_transposed(const std::string& name);
     // The pointwise convs kept as FP16 too (ops::conv1x1_half_rows): the
-    // decoder's block shortcuts "conv1x1" in rounded form (precision "fast";
-    // the prosody predictor's stay fp32, as its other weights stay split).
+    // block shortcuts "conv1x1" of the decoder and of the N stack in rounded
+    // form (precision "fast"; the F0 stack's stays fp32, as its other
+    // weights stay split).
     static bool half_pointwise(const std::string& name, ops::HalfOperands form);
     // The FP16 form of tensor-core conv weight `name` in an engine of
-    // `form`: the prosody predictor's (the F0 / N stacks) are split in every
-    // precision, since F0 reaches the audio through the source's phase and
-    // must stay float32-accurate; the others take the engine's form.
+    // `form`: the prosody predictor's F0 stack is split in every precision,
+    // since F0 reaches the audio through the source's phase and must stay
+    // float32-accurate; the others (the N stack too: N feeds only the
+    // decoder, whose operands are the engine's form) take the engine's form.
     static ops::HalfOperands half_form(const std::string& name, ops::HalfOperands form);
     DeviceWeights(const DeviceWeights&) = delete;
     DeviceWeights& operator=(const DeviceWeights&) = delete;
