@@ -9,10 +9,11 @@ Precision: ``"fp32"``: float32-level accuracy everywhere (the CUDA engine
 runs the dense and the generator's transposed convolutions on tensor cores
 with split FP16 operands, hi + lo, three products per multiply-add, fp32
 accumulation); ``"fast"`` runs the
-text encoder's, decoder's and generator's convolutions with plain FP16
-operands and their other GEMMs in TF32, and keeps float32-level accuracy
-elsewhere: the F0/N predictor's convolutions and ALBERT's linears on split
-FP16 operands, LSTM recurrences, norms, the source and the STFTs in fp32
+text encoder's, energy (N) predictor's, decoder's and generator's
+convolutions with plain FP16 operands and their other GEMMs in TF32, and
+keeps float32-level accuracy elsewhere: the F0 predictor's convolutions
+(F0 reaches the audio through the source's phase) and ALBERT's linears on
+split FP16 operands, LSTM recurrences, norms, the source and the STFTs in fp32
 (durations identical, audio within 1.2e-2 of the float64 truth on the
 golden fixtures). The CPU backend has no fast mode: it maps
 ``"fast"`` to ``"fp32"`` (and reports ``precision == "fp32"``), so that
