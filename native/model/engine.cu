@@ -161,7 +161,7 @@ bool DeviceWeights::half_only(const std::string& name, int c_in) {
 }
 
 bool DeviceWeights::half_pointwise(const std::string& name, ops::HalfOperands form) {
-    return form == ops::HalfOperands::kRounded && half_form(name, form) == form &&
+    return half_form(name, form) == ops::HalfOperands::kRounded &&
            (name.rfind("decoder.", 0) == 0 || name.rfind("predictor.", 0) == 0) &&
            name.find(".conv1x1.") != std::string::npos;
 }
