@@ -73,8 +73,6 @@ constexpr size_t kMaxGroupUtterances = 16;
 constexpr size_t kMaxGroupRows = 2048;
 const char* const kLstmParams[] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
 
-size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
 // Never launched: asking for its attributes tells whether this build holds
 // code the current GPU can run (SASS for it, or PTX it can JIT).
 __global__ void architecture_probe_kernel() {}
@@ -190,7 +188,7 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
     size_t total = 0;
     auto place = [&](int64_t count) {
         const size_t offset = total;
-        total += round_up(static_cast<size_t>(count), kArenaAlignFloats);
+        total += ops::round_up(static_cast<size_t>(count), kArenaAlignFloats);
         return offset;
     };
     // Linear weight w [out, in] as split FP16 only (split_linear).
@@ -199,7 +197,7 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
         const int64_t n = 2 * out * ops::split_pitch(int(in));
         const size_t at = halves.size();
         half_offsets[name] = at;
-        halves.resize(round_up(at + size_t(n), kArenaAlignFloats * 2));
+        halves.resize(ops::round_up(at + size_t(n), kArenaAlignFloats * 2));
         split_entries_[name] = {
             nullptr, n, ops::linear_weight_to_split_half(w, halves.data() + at, int(out), int(in)),
             ops::HalfOperands::kSplit};
@@ -244,7 +242,7 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
                                                  : A * K * ops::half_rows_pitch(B);
                     const size_t at = halves.size();
                     half_offsets[name] = at;
-                    halves.resize(round_up(at + size_t(n * ops::half_parts(wform)),
+                    halves.resize(ops::round_up(at + size_t(n * ops::half_parts(wform)),
                                            kArenaAlignFloats * 2));
                     __half* dst = halves.data() + at;
                     const float scale =
@@ -484,7 +482,7 @@ void* Workspace::get(const std::string& slot, size_t bytes) {
             ++generation_;
         }
         // 1/8 headroom so that slowly growing inputs do not reallocate each time.
-        const size_t want = round_up(bytes + bytes / 8, 256);
+        const size_t want = ops::round_up(bytes + bytes / 8, 256);
         buffer.ptr = device_alloc(want, ("the workspace buffer " + slot).c_str());
         buffer.bytes = want;
     }

@@ -135,8 +135,6 @@ constexpr int64_t kIm2colChunkFloats = int64_t(1) << 23;
 constexpr int64_t kTapChunkFloats = int64_t(1) << 21;
 constexpr int kAlignFloats = 4;  // 16 bytes
 
-__host__ __device__ int round_up(int n, int to) { return (n + to - 1) / to * to; }
-
 bool conv1d_uses_gemm(int Cin, int K, int groups) {
     return groups == 1 && Cin * K >= kMinGemmReduction;
 }
@@ -1034,7 +1032,7 @@ struct WindowBoxes {
     int copies, rows;
     __host__ __device__ explicit WindowBoxes(int window_rows)
         : copies((window_rows + 255) / 256),
-          rows(copies == 1 ? window_rows : ((window_rows + copies - 1) / copies + 7) / 8 * 8) {}
+          rows(copies == 1 ? window_rows : round_up((window_rows + copies - 1) / copies, 8)) {}
     __host__ __device__ int halves() const {
         return round_up(copies * rows * kBK, kSwizzleAlign / 2);
     }

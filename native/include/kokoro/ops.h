@@ -189,8 +189,13 @@ void leaky_relu(const float* x, float* y, int64_t n, float slope, cudaStream_t s
 // out = (a + b) * scale (out may equal a or b).
 void add_scaled(const float* a, const float* b, float* out, int64_t n, float scale,
                 cudaStream_t stream);
+// n rounded up to a multiple of `to` (both positive), in n's type.
+template <typename T, typename U>
+__host__ __device__ constexpr T round_up(T n, U to) {
+    return (n + T(to) - 1) / T(to) * T(to);
+}
 // Row pitch of the half rows of a C-channel tensor: C rounded up to 8 (16 bytes).
-__host__ __device__ inline int half_rows_pitch(int C) { return (C + 7) / 8 * 8; }
+__host__ __device__ inline int half_rows_pitch(int C) { return round_up(C, 8); }
 // The FP16 operands of the tensor-core conv, in one of two forms. kRounded
 // (precision "fast"): each value rounded to FP16 (11 significant bits).
 // kSplit (precision "fp32"): v = hi + lo, hi = fp16(v), lo = fp16(v - hi)
@@ -210,7 +215,7 @@ inline __half* half_rows_lo(__half* rows, int C, int T, HalfOperands form) {
 // rounded up to 8, so that every row starts 16-byte aligned, as the TMA
 // copies of a conv's raw input (HalfInput) need. Columns T.. are never read
 // as values.
-__host__ __device__ inline int half_channels_pitch(int T) { return (T + 7) / 8 * 8; }
+__host__ __device__ inline int half_channels_pitch(int T) { return round_up(T, 8); }
 // The values such a tensor [C, T] holds, its row padding included.
 inline int64_t half_channels_values(int C, int T) { return int64_t(C) * half_channels_pitch(T); }
 // A channels-first tensor in fp32, or in FP16 where an AdaIN reads it next
