@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# A/B of the engine in one call on a GPU machine: the working tree (B)
+# against a base revision (A), each built apart, then scripts/bench.py run in
+# alternating rounds A, B, A, B, ... on the same warm GPU. Timings compare
+# only within one such call (docs/PERFORMANCE.md: the batch moves by a few
+# percent between machines and runs), and a difference smaller than the
+# spread between rounds of one side is noise.
+#
+#   scripts/ab_bench.sh prepare REV    # here: .ab/base.patch, the change since REV
+#   scripts/ab_bench.sh run [ROUNDS]   # there (default 2 rounds); carry .ab
+#
+# The device machine gets the working tree without .git, so `prepare` writes
+# the change since REV (the engine's sources and the package) into .ab/
+# (git-ignored), and `run` rebuilds A by reversing it on a copy of the tree.
+# Environment of `run`:
+#   BENCH_ARGS  bench.py's arguments (default: the medium and batch cases in
+#               fast precision, 20 repeats, no PyTorch)
+#   TESTS       pytest paths (relative to the repository) run on B before the
+#               rounds, e.g. "tests/test_cuda_engine.py tests/test_native_ops.py"
+#   ARCH        CMAKE_CUDA_ARCHITECTURES (default 90a)
+# Per round and side the bench table's rows go to stdout, prefixed "A1", "B1",
+# ...; with $OUT set, each round's JSON goes there too.
+set -uo pipefail
+R="$(cd "$(dirname "$0")/.." && pwd)"
+PATCH="$R/.ab/base.patch"
+SOURCES=(native kokoro_gpu build_backend CMakeLists.txt pyproject.toml README.md)
+
+usage() {
+    echo "usage: scripts/ab_bench.sh prepare REV | run [ROUNDS]" >&2
+    exit 2
+}
+
+build() {  # source directory, target directory
+    (cd "$1" && python -m pip install --no-build-isolation --no-deps -q --target "$2" \
+        -Ccmake.define.CMAKE_CUDA_ARCHITECTURES="${ARCH:-90a}" \
+        -Ccmake.define.KOKORO_REQUIRE_NATIVE=ON .) || {
+        echo "ab_bench: building $1 failed" >&2
+        exit 1
+    }
+}
+
+case "${1:-}" in
+prepare)
+    rev="${2:-}"
+    [[ -n "$rev" ]] || usage
+    git -C "$R" rev-parse --verify -q "$rev^{commit}" > /dev/null || {
+        echo "ab_bench: '$rev' is not a revision of this repository" >&2
+        exit 2
+    }
+    mkdir -p "$R/.ab"
+    git -C "$R" diff --binary "$rev" -- "${SOURCES[@]}" > "$PATCH"
+    echo "ab_bench: $(grep -c '^diff --git' "$PATCH") files differ from $rev; carry .ab with the call"
+    ;;
+run)
+    rounds="${2:-2}"
+    [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || usage
+    [[ -f "$PATCH" ]] || {
+        echo "ab_bench: no $PATCH; run 'scripts/ab_bench.sh prepare REV' first and carry .ab" >&2
+        exit 2
+    }
+    work="$(mktemp -d)"
+    mkdir "$work/a"
+    (cd "$R" && cp -r "${SOURCES[@]}" "$work/a/")
+    if [[ -s "$PATCH" ]]; then
+        (cd "$work/a" && git apply -R "$PATCH") || {
+            echo "ab_bench: the patch does not reverse on this tree; prepare it again" >&2
+            exit 1
+        }
+    fi
+    build "$work/a" "$work/site_a"
+    build "$R" "$work/site_b"
+    read -r -a bench_args <<< "${BENCH_ARGS:---cases medium,batch --precision fast --no-torch --repeats 20}"
+    # From outside the tree, so that the source package does not shadow the builds.
+    cd "$work"
+    if [[ -n "${TESTS:-}" ]]; then
+        read -r -a tests <<< "$TESTS"
+        PYTHONPATH="$work/site_b${PYTHONPATH:+:$PYTHONPATH}" \
+            python -m pytest -q "${tests[@]/#/$R/}" || echo "ab_bench: tests failed on B" >&2
+    fi
+    for ((round = 1; round <= rounds; ++round)); do
+        for side in a b; do
+            name="${side^^}$round"
+            json=()
+            [[ -n "${OUT:-}" ]] && json=(--json "$OUT/ab_$name.json")
+            PYTHONPATH="$work/site_$side${PYTHONPATH:+:$PYTHONPATH}" \
+                python "$R/scripts/bench.py" "${bench_args[@]}" "${json[@]}" 2>&1 |
+                grep -E "^kokoro_gpu" | sed "s/^/$name /"
+        done
+    done
+    ;;
+*)
+    usage
+    ;;
+esac
