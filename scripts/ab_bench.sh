@@ -19,7 +19,8 @@
 #               rounds, e.g. "tests/test_cuda_engine.py tests/test_native_ops.py"
 #   ARCH        CMAKE_CUDA_ARCHITECTURES (default 90a)
 # Per round and side the bench table's rows go to stdout, prefixed "A1", "B1",
-# ...; with $OUT set, each round's JSON goes there too.
+# ... (a failed run: the end of its output to stderr); with $OUT set, each
+# round's JSON goes there too.
 set -uo pipefail
 R="$(cd "$(dirname "$0")/.." && pwd)"
 PATCH="$R/.ab/base.patch"
@@ -82,9 +83,14 @@ run)
             name="${side^^}$round"
             json=()
             [[ -n "${OUT:-}" ]] && json=(--json "$OUT/ab_$name.json")
-            PYTHONPATH="$work/site_$side${PYTHONPATH:+:$PYTHONPATH}" \
-                python "$R/scripts/bench.py" "${bench_args[@]}" "${json[@]}" 2>&1 |
-                grep -E "^kokoro_gpu" | sed "s/^/$name /"
+            log="$work/$name.log"
+            if PYTHONPATH="$work/site_$side${PYTHONPATH:+:$PYTHONPATH}" \
+                python "$R/scripts/bench.py" "${bench_args[@]}" "${json[@]}" > "$log" 2>&1; then
+                grep -E "^kokoro_gpu" "$log" | sed "s/^/$name /"
+            else
+                echo "ab_bench: bench.py failed on $name; the end of its output:" >&2
+                tail -n 20 "$log" >&2
+            fi
         done
     done
     ;;
