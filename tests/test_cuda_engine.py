@@ -17,6 +17,7 @@ CPU-side parts of backend_info (and of precision) are covered in test_backends.p
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -95,15 +96,33 @@ def gpu(config: ModelConfig, weights: dict[str, np.ndarray]) -> CUDABackend:
     return backend
 
 
-def test_end_to_end_matches_cpu(
-    config: ModelConfig, weights: dict[str, np.ndarray], gpu: CUDABackend
-) -> None:
+@dataclass(frozen=True)
+class CpuRun:
+    """One input and the CPU float32 reference's forward of it (audio, durations, trace)."""
+
+    ids: np.ndarray
+    ref_s: np.ndarray
+    audio: np.ndarray
+    durations: np.ndarray
+    trace: dict[str, np.ndarray]
+
+
+@pytest.fixture(scope="module")
+def cpu_reference(config: ModelConfig, weights: dict[str, np.ndarray]) -> CpuRun:
+    """The 48-phoneme input (seed 3) that the parity tests of both precisions compare on, run once
+    on the CPU backend."""
     ids, ref_s = random_inputs(config, 48, seed=3)
-    cpu_trace: dict[str, np.ndarray] = {}
-    gpu_trace: dict[str, np.ndarray] = {}
-    cpu_audio, cpu_dur = CPUBackend(config, weights).forward(
-        ids, ref_s, 1.0, deterministic=True, seed=None, trace=cpu_trace
+    trace: dict[str, np.ndarray] = {}
+    audio, durations = CPUBackend(config, weights).forward(
+        ids, ref_s, 1.0, deterministic=True, seed=None, trace=trace
     )
+    return CpuRun(ids, ref_s, audio, durations, trace)
+
+
+def test_end_to_end_matches_cpu(gpu: CUDABackend, cpu_reference: CpuRun) -> None:
+    ids, ref_s = cpu_reference.ids, cpu_reference.ref_s
+    cpu_trace, cpu_audio, cpu_dur = cpu_reference.trace, cpu_reference.audio, cpu_reference.durations
+    gpu_trace: dict[str, np.ndarray] = {}
     audio, dur = gpu.forward(ids, ref_s, 1.0, deterministic=True, seed=None, trace=gpu_trace)
 
     np.testing.assert_array_equal(dur, cpu_dur)
@@ -272,29 +291,25 @@ def test_fast_durations_equal_fp32(
 
 
 def test_fast_audio_close_to_cpu_reference(
-    config: ModelConfig, weights: dict[str, np.ndarray], gpu: CUDABackend, fast: CUDABackend
+    gpu: CUDABackend, fast: CUDABackend, cpu_reference: CpuRun
 ) -> None:
-    ids, ref_s = random_inputs(config, 48, seed=3)
-    cpu_audio, cpu_dur = CPUBackend(config, weights).forward(ids, ref_s, 1.0, deterministic=True, seed=None)
+    ids, ref_s = cpu_reference.ids, cpu_reference.ref_s
     audio, dur = fast.forward(ids, ref_s, 1.0, deterministic=True, seed=None)
     fp32_audio, _ = gpu.forward(ids, ref_s, 1.0, deterministic=True, seed=None)
-    np.testing.assert_array_equal(dur, cpu_dur)
-    err_fast, err_fp32 = rel_error(audio, cpu_audio), rel_error(fp32_audio, cpu_audio)
+    np.testing.assert_array_equal(dur, cpu_reference.durations)
+    err_fast = rel_error(audio, cpu_reference.audio)
+    err_fp32 = rel_error(fp32_audio, cpu_reference.audio)
     print(f"\naudio vs CPU fp32, max|d|/max|ref|: fast {err_fast:.3e}, fp32 {err_fp32:.3e}")
     assert err_fast < FAST_AUDIO_TOL
     assert audio.tobytes() != fp32_audio.tobytes(), "fast mode should use other GEMMs"
 
 
-def test_fast_f0_stays_float32_level(
-    config: ModelConfig, weights: dict[str, np.ndarray], fast: CUDABackend
-) -> None:
+def test_fast_f0_stays_float32_level(fast: CUDABackend, cpu_reference: CpuRun) -> None:
     """Fast precision keeps the F0 stack on split operands (F0 feeds the source's phase) and runs
     the N stack, which feeds only the decoder, on rounded FP16 operands like the decoder's."""
-    ids, ref_s = random_inputs(config, 48, seed=3)
-    cpu_trace: dict[str, np.ndarray] = {}
+    cpu_trace = cpu_reference.trace
     fast_trace: dict[str, np.ndarray] = {}
-    CPUBackend(config, weights).forward(ids, ref_s, 1.0, deterministic=True, seed=None, trace=cpu_trace)
-    fast.forward(ids, ref_s, 1.0, deterministic=True, seed=None, trace=fast_trace)
+    fast.forward(cpu_reference.ids, cpu_reference.ref_s, 1.0, deterministic=True, seed=None, trace=fast_trace)
     err_f0, err_n = rel_error(fast_trace["F0"], cpu_trace["F0"]), rel_error(fast_trace["N"], cpu_trace["N"])
     print(f"\nfast vs CPU fp32, max|d|/max|ref|: F0 {err_f0:.3e}, N {err_n:.3e}")
     assert err_f0 < 1e-5
@@ -305,9 +320,9 @@ def test_fast_short_utterance_concurrent_resblocks(
     config: ModelConfig, weights: dict[str, np.ndarray], fast: CUDABackend
 ) -> None:
     """Short utterances run each generator stage's residual blocks on three streams (generator.cu:
-    the last stage at every length, stage 0 up to ~490 frames), the last block writing the stage
-    input in place once the others have read it: close to the CPU reference, and the same bits
-    uncaptured, captured, replayed and traced."""
+    the last stage at every length, stage 0 up to ~490 frames), each block into an FP16 output of
+    its own that the next stage's reader sums in block order: close to the CPU reference, and the
+    same bits uncaptured, captured, replayed and traced."""
     ids, ref_s = random_inputs(config, 16, seed=31)
     cpu_audio, cpu_dur = CPUBackend(config, weights).forward(ids, ref_s, 1.0, deterministic=True, seed=None)
     runs = [fast.forward(ids, ref_s, 1.0, deterministic=True, seed=None) for _ in range(3)]
