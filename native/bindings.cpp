@@ -237,7 +237,9 @@ PYBIND11_MODULE(_native, m) {
              "While on, forward() records timing events at the model's phase boundaries.")
         .def("phase_times", &kokoro::Engine::phase_times,
              "[(mark, ms since the start of the last forward())] in time order (phase timing on).")
-        .def_property_readonly("max_lanes", [](const kokoro::Engine&) { return kokoro::Engine::kMaxLanes; })
+        .def_property_readonly("batch_lanes", &kokoro::Engine::batch_lanes,
+                               "Lanes a forward_batch runs on: one per 8 GiB of the GPU's memory, "
+                               "4 to 8.")
         .def_property_readonly("device", &kokoro::Engine::device)
         .def_property_readonly("weight_bytes", &kokoro::Engine::weight_bytes)
         .def_property_readonly("workspace_bytes", &kokoro::Engine::workspace_bytes);

@@ -435,6 +435,13 @@ def test_forward_batch_equals_one_by_one(
     assert backend.forward_batch([], deterministic=True) == []
 
 
+def test_batch_lanes_follow_device_memory(fast: CUDABackend) -> None:
+    """A batch runs on one lane per 8 GiB of the GPU's memory, four to eight (each lane keeps a
+    workspace of its own)."""
+    device = next(d for d in _CUDA.devices if d["index"] == fast._engine.device)
+    assert fast._engine.batch_lanes == min(8, max(4, device["total_memory_bytes"] // 2**33))
+
+
 def test_forward_batch_past_the_pinned_bound(fast: CUDABackend, config: ModelConfig) -> None:
     """Results past the engine's page-locked bound (PinnedPool::kLiveBytes, 256 MB of audio alive at
     once) land in ordinary memory through each lane's staging block: every one the same bits as the

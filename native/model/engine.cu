@@ -37,7 +37,8 @@
 //   source through device memory, so replays take a new one. A graph is
 //   stale once the workspace generation has moved on (a buffer it uses was
 //   replaced) and is then captured again. A trace runs everything uncaptured.
-// - Engine: the weights and up to kMaxLanes lanes; forward() uses lane 0,
+// - Engine: the weights and up to kMaxLanes lanes (a batch takes one per 8
+//   GiB of the GPU's memory, four at least); forward() uses lane 0,
 //   forward_batch() one host thread per lane, pulling groups of utterances
 //   in turn (precision fast: a group's ALBERT and bert_encoder run once on
 //   all of its tokens, uncaptured, then each utterance's phases from its
@@ -1346,6 +1347,10 @@ Engine::Engine(const ModelConfig& config, const HostWeights& weights, int device
     : cfg_(config), device_(device), precision_(precision) {
     KOKORO_CUDA_CHECK(cudaSetDevice(device_));
     check_architecture(device_);
+    cudaDeviceProp prop{};
+    KOKORO_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    batch_lanes_ =
+        int(std::clamp<size_t>(prop.totalGlobalMem / kBytesPerLane, kMinLanes, kMaxLanes));
     weights_ = std::make_unique<DeviceWeights>(
         weights, cfg_.style_dim,
         precision_ == Precision::kFast ? ops::HalfOperands::kRounded : ops::HalfOperands::kSplit);
@@ -1411,7 +1416,7 @@ std::vector<ForwardResult> Engine::forward_batch(const std::vector<Utterance>& u
     if (utterances.empty()) return {};
     const std::lock_guard<std::mutex> lock(forward_mutex_);
     KOKORO_CUDA_CHECK(cudaSetDevice(device_));
-    const size_t n_lanes = std::min<size_t>(kMaxLanes, utterances.size());
+    const size_t n_lanes = std::min<size_t>(size_t(batch_lanes_), utterances.size());
     for (size_t i = 0; i < n_lanes; ++i) lane(i);
     // Groups of consecutive utterances, each taken by one lane: their ALBERT
     // and bert_encoder run once on all of their tokens (Lane::run_group),
