@@ -115,8 +115,8 @@ public:
     // A batch's lanes: one per kBytesPerLane of the GPU's memory, from
     // kMinLanes to kMaxLanes. Each lane keeps a workspace sized by the
     // longest utterance it has run (~0.9 GB at 30 s of audio in precision
-    // fast), so small GPUs keep four; on an H200 eight run a batch of
-    // medium utterances 1.6% faster than four (docs/PERFORMANCE.md).
+    // fast), so GPUs of less than 40 GiB keep four; on an H200 eight run a
+    // batch of medium utterances 1.6% faster than four (docs/PERFORMANCE.md).
     static constexpr int kMinLanes = 4, kMaxLanes = 8;
     static constexpr size_t kBytesPerLane = size_t(8) << 30;
     int batch_lanes() const { return batch_lanes_; }
