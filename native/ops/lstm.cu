@@ -27,8 +27,9 @@
 //   has sent h_s, which each warp does only after its reads of h_{s-1}.
 //   A step is bound by its instruction issue and its dependent latency,
 //   not by the exchange: Units = 16 (16 blocks at H = 256, a non-portable
-//   cluster size, used where the device schedules it; else 32 units, 8
-//   blocks) halves each SM's share of the step's FMAs. On an H200 at
+//   cluster size, used where the device schedules it; else, and in a
+//   batch's lanes, 32 units, 8 blocks) halves each SM's share of the step's
+//   FMAs. On an H200 at
 //   H = 256: ~0.57 us per step (16 lanes per unit and 32 units per block:
 //   0.75; the same with a cluster barrier per step instead of the
 //   mbarriers: 1.2; 8 lanes per unit, 32 units: ~0.62; a warp per unit:
@@ -360,11 +361,14 @@ bool launch_cluster(const float* gx, const float* w_hh, float* out, int T, cudaS
 }
 
 // The widest usable cluster of at most max_blocks blocks; false when the
-// caller must fall back.
+// caller must fall back. On a GPU shared with other lanes (a batch:
+// shared_gpu.h) the portable one, whose blocks find free SMs in a GPC
+// sooner beside the other lanes' kernels (the same sums: a unit's lanes
+// and columns do not depend on the units per block).
 template <int H>
 bool launch_widest_cluster(const float* gx, const float* w_hh, float* out, int T, int max_blocks,
                            cudaStream_t stream) {
-    return (H / kUnitsWide <= max_blocks &&
+    return (!gpu_shared() && H / kUnitsWide <= max_blocks &&
             launch_cluster<H, kUnitsWide>(gx, w_hh, out, T, stream)) ||
            (H / kUnitsPortable <= max_blocks &&
             launch_cluster<H, kUnitsPortable>(gx, w_hh, out, T, stream));
