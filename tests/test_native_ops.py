@@ -612,12 +612,12 @@ def test_conv1d_pointwise_statistics(
 @pytest.mark.parametrize("math_name", ["fp16", "fp16_mma_sync", "fp16x3", "fp16x3_mma_sync"])
 @pytest.mark.parametrize(
     "case",
-    # wide (128-step) tiles; on 132 SMs narrow (64-step) ones, 32 rows a warp; a split reduction;
-    # a narrow Cout tile (wgmma, Cout <= 32: 4 rows a warp)
+    # wide (128-step) tiles; on 132 SMs narrow (64-step) ones, 32 rows a warp (one reduction
+    # chunk: no split); a split reduction; a narrow Cout tile (wgmma, Cout <= 32: 4 rows a warp)
     [
         (128, 128, 34001, 7, 9, 3),
         (256, 256, 20011, 3, 1, 1),
-        (256, 256, 9460, 3, 1, 1),
+        (64, 128, 9460, 3, 1, 1),
         (1090, 100, 33, 3, 1, 1),
         (128, 24, 9001, 7, 3, 1),
     ],
@@ -713,7 +713,7 @@ def test_conv1d_shared_gpu_same_bits(rng: np.random.Generator, case: tuple[int, 
 
 # FP16 outputs and residuals: wide tiles; narrow (64-step) tiles; a reduction split over blocks
 # (in one block per tile on a shared GPU).
-HALF_IO_CASES = [(128, 128, 34001, 7, 9, 3), (256, 256, 9460, 3, 1, 1), (1090, 100, 33, 3, 1, 1)]
+HALF_IO_CASES = [(128, 128, 34001, 7, 9, 3), (64, 128, 9460, 3, 1, 1), (1090, 100, 33, 3, 1, 1)]
 
 
 @pytest.mark.parametrize("shared_gpu", [False, True])
@@ -800,12 +800,13 @@ def test_conv1x1_half(rng: np.random.Generator, case: tuple[int, int, int]) -> N
 
 
 # Raw inputs: the wide (128-step) tile, k7 d3 (wgmma: MMAs in flight, four weight stages) and k11 d5
-# (three stages: a fourth would not leave two blocks per SM); the narrow one, k11 d5 over 256 input
-# channels.
+# (three stages: a fourth would not leave two blocks per SM), also over four 64-channel chunks; the
+# narrow one, k11 d5 over one chunk (on 132 SMs: more chunks would split the reduction).
 RAW_INPUT_CASES = [
     (128, 128, 34001, 7, 9, 3),
     (128, 128, 34001, 11, 25, 5),
     (256, 128, 20000, 11, 25, 5),
+    (64, 128, 9460, 11, 25, 5),
 ]
 
 

@@ -40,11 +40,11 @@
 // MMAs left in flight over the next step's barrier and copies); every
 // ldmatrix is conflict-free (mma.sync's 144-byte rows; wgmma's 128-byte rows
 // in its swizzle, as TMA writes them).
-// kBN is 128, or 64 where 128 would not give every SM two blocks; where even
-// that leaves SMs idle (short inputs, the decoder's 1090-channel convs on few
-// frames), the reduction chunks are split over blocks that write partial
-// sums to `scratch`, added in a fixed order by a second kernel (repeatable
-// bits, no atomics). On a GPU shared with other lanes (a batch's lane:
+// kBN is 128, or 64 where 128 would not give every SM a block; where 64
+// leaves SMs without two blocks (short inputs, the decoder's 1090-channel
+// convs on few frames), the reduction chunks are split over blocks that
+// write partial sums to `scratch`, added in a fixed order by a second
+// kernel (repeatable bits, no atomics). On a GPU shared with other lanes (a batch's lane:
 // shared_gpu.h) the wgmma kernel walks such a split reduction inside one
 // block per tile instead, each split's sums apart and then added in the same
 // order, and a statistics pass writes the partials as the sum kernel does:
@@ -1451,11 +1451,13 @@ bool two_blocks_fit(const Gpu& gpu, size_t smem) {
     return 2 * (smem + kStaticShareBound + 1024) <= size_t(gpu.smem_per_sm);
 }
 
-// The launch shape: the wide time tile (128) where it gives every SM two
-// blocks, else the narrow one (64), and then the reduction split over
-// enough blocks to give every SM two (short inputs; decoder convs on few
-// frames but 1090 channels); `streams` convs at once share that target.
-// Both kernels use the same tiles.
+// The launch shape: the wide time tile (128) where it gives every SM a
+// block (between one and two per SM, the narrow tile's twice as many blocks
+// of one MMA warpgroup each issued no more, and read each weight tile twice:
+// medium's stage-0 source branch, batch +1.2%), else the narrow one (64)
+// with the reduction split over enough blocks to give every SM two (short
+// inputs; decoder convs on few frames but 1090 channels); `streams` convs
+// at once share that target. Both kernels use the same tiles.
 struct Plan {
     int tile, splits, chunks_per_split;
     bool in_block = false;  // the splits walked inside one block (conv1d_wgmma_kernel's kInBlock)
@@ -1474,8 +1476,12 @@ int row_tiles(const ConvArgs& a) {
 Plan plan(const Gpu& gpu, int Cin, int row_tiles, int Tout, bool split, int streams) {
     const int64_t want = std::max<int64_t>(1, 2 * int64_t(gpu.sms) / streams);
     Plan p{128, 1, 0};
-    if (p.blocks(row_tiles, Tout) < want) p.tile = 64;
     const int chunks = reduction_chunks(half_rows_pitch(Cin), split);
+    if (2 * p.blocks(row_tiles, Tout) >= want) {
+        p.chunks_per_split = chunks;
+        return p;
+    }
+    p.tile = 64;
     const int64_t blocks = p.blocks(row_tiles, Tout);
     p.splits = int(std::min<int64_t>(chunks, (want + blocks - 1) / blocks));
     p.chunks_per_split = (chunks + p.splits - 1) / p.splits;
