@@ -42,14 +42,15 @@
 // in its swizzle, as TMA writes them).
 // kBN is 128, or 64 where 128 would not give every SM a block; where 64
 // leaves SMs without two blocks (short inputs, the decoder's 1090-channel
-// convs on few frames), the reduction chunks are split over blocks that
-// write partial sums to `scratch`, added in a fixed order by a second
-// kernel (repeatable bits, no atomics). On a GPU shared with other lanes (a batch's lane:
-// shared_gpu.h) the wgmma kernel walks such a split reduction inside one
-// block per tile instead, each split's sums apart and then added in the same
-// order, and a statistics pass writes the partials as the sum kernel does:
-// the same bits, without the extra blocks (the other lanes fill the GPU) and
-// the partial sums' traffic. A wgmma conv1d of one Cout tile and one split
+// convs on few frames), the reduction chunks are split over blocks that write
+// partial sums to `scratch`, added in a fixed order by a second kernel
+// (repeatable bits, no atomics). On a GPU shared with other lanes (a batch's
+// lane: shared_gpu.h) the wgmma kernel walks such a split reduction inside
+// one block per tile instead, each split's sums apart and then added in the
+// same order, and a statistics pass writes the partials as the sum kernel
+// does: the same bits, without the extra blocks (the other lanes fill the
+// GPU) and the partial sums' traffic.
+// A wgmma conv1d of one Cout tile and one split
 // also takes its input raw (ops::HalfInput: FP16 channels-first as a
 // residual block's convs store it, with its AdaIN's per-channel
 // parameters): each chunk's window comes by TMA as it is into a staging
