@@ -244,7 +244,7 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
                     const size_t at = halves.size();
                     half_offsets[name] = at;
                     halves.resize(ops::round_up(at + size_t(n * ops::half_parts(wform)),
-                                           kArenaAlignFloats * 2));
+                                                kArenaAlignFloats * 2));
                     __half* dst = halves.data() + at;
                     const float scale =
                         transposed

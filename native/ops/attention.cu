@@ -55,7 +55,7 @@ constexpr int kMaxKeys = 512;   // a softmax row in registers: 16 per lane
 constexpr float kProbScale = 4096.f;  // 2^12: the split probabilities' scale
 
 // Row pitch of the score matrix.
-int score_pitch(int T) { return (T + 3) / 4 * 4; }
+int score_pitch(int T) { return round_up(T, 4); }
 
 // Scaled, masked score of key j.
 __device__ __forceinline__ float masked_score(float s, int j, int valid_len, float scale_div) {

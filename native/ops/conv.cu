@@ -49,9 +49,8 @@
 // one block per tile instead, each split's sums apart and then added in the
 // same order, and a statistics pass writes the partials as the sum kernel
 // does: the same bits, without the extra blocks (the other lanes fill the
-// GPU) and the partial sums' traffic.
-// A wgmma conv1d of one Cout tile and one split
-// also takes its input raw (ops::HalfInput: FP16 channels-first as a
+// GPU) and the partial sums' traffic. A wgmma conv1d of one Cout tile and
+// one split also takes its input raw (ops::HalfInput: FP16 channels-first as a
 // residual block's convs store it, with its AdaIN's per-channel
 // parameters): each chunk's window comes by TMA as it is into a staging
 // buffer, and the block's threads write the window from it through AdaIN +

@@ -447,7 +447,7 @@ namespace {
 constexpr int kApplyDoubles = (sizeof(ChannelApply) + sizeof(double) - 1) / sizeof(double);
 static_assert(sizeof(ChannelApply) % 16 == 0, "ChannelApply arrays keep 16-byte alignment");
 int64_t apply_offset_doubles(int C, int parts) {
-    return (int64_t(C) * parts * kPartialDoubles + 1) / 2 * 2;
+    return round_up(int64_t(C) * parts * kPartialDoubles, 2);
 }
 }  // namespace
 
