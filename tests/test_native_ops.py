@@ -801,12 +801,16 @@ def test_conv1x1_half(rng: np.random.Generator, case: tuple[int, int, int]) -> N
 
 # Raw inputs: the wide (128-step) tile, k7 d3 (wgmma: MMAs in flight, four weight stages) and k11 d5
 # (three stages: a fourth would not leave two blocks per SM), also over four 64-channel chunks; the
-# narrow one, k11 d5 over one chunk (on 132 SMs: more chunks would split the reduction).
+# narrow one, k11 d5 over one chunk (on 132 SMs: more chunks would split the reduction), and two
+# blocks that both reach past an end of the input, at an odd and an even pad (the transform pairs
+# its rows from an even staging row: window row -1 first at an odd pad).
 RAW_INPUT_CASES = [
     (128, 128, 34001, 7, 9, 3),
     (128, 128, 34001, 11, 25, 5),
     (256, 128, 20000, 11, 25, 5),
     (64, 128, 9460, 11, 25, 5),
+    (64, 128, 100, 3, 1, 1),
+    (64, 128, 100, 5, 4, 2),
 ]
 
 
