@@ -1113,6 +1113,9 @@ __device__ void transform_window(__half* window, const __half* staging, int box_
         __half2* y0 = words + word(r0);
         __half2* y1 = words + word(r0 + 1);
         constexpr Activation kSnake = Activation::kSnake;
+        // One pair per iteration: the accumulators are live under the
+        // transform, and at the 128-register cap an unrolled loop recomputed
+        // its store addresses (two pairs at once, loads first: no faster).
 #pragma unroll 1
         for (int r = r0; r < rows; r += 16, x0 += 8, x1 += 8, y0 += 16 * kRowWords,
                  y1 += 16 * kRowWords) {
