@@ -128,28 +128,39 @@ template <int kSlots, int kRows, bool kOn>
 struct StackedSplits {
     float total[kOn ? kSlots : 1] = {};
     int chunks_per_split[kRows] = {};
+    int left[kRows] = {};  // chunks left in the row's current split
+    bool first[kRows] = {};  // the row's first split still running
     __device__ void init(const Args& a, const int (&rows)[kRows]) {
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
             chunks_per_split[r] = rows[r] < a.rows ? a.row_chunks[rows[r]] : 1;
+            left[r] = chunks_per_split[r];
+            first[r] = true;
         }
     }
-    // After reduction chunk c's sums went into acc (of `chunks` in all):
-    // the slots of rows whose split ends with c move acc into their total
-    // (the first split's sums become it, as split_sum_kernel starts).
+    // After reduction chunk c's sums went into acc (chunks 0, 1, ... in
+    // turn, of `chunks` in all): the slots of rows whose split ends with c
+    // move acc into their total (the first split's sums become it, as
+    // split_sum_kernel starts). Counters, not a division per chunk.
     template <class RowOf>
     __device__ void chunk_done(int c, int chunks, float (&acc)[kSlots], RowOf row_of) {
-        bool ends[kRows], first[kRows];
+        bool ends[kRows], was_first[kRows], any = false;
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-            ends[r] = (c + 1) % chunks_per_split[r] == 0 || c + 1 == chunks;
-            first[r] = c < chunks_per_split[r];
+            ends[r] = --left[r] == 0 || c + 1 == chunks;
+            was_first[r] = first[r];
+            if (ends[r]) {
+                left[r] = chunks_per_split[r];
+                first[r] = false;
+            }
+            any = any || ends[r];
         }
+        if (!any) return;  // most chunks end no split of this thread's rows
 #pragma unroll
         for (int i = 0; i < kSlots; ++i) {
             const int r = row_of(i);
             if (!ends[r]) continue;
-            total[i] = first[r] ? acc[i] : total[i] + acc[i];
+            total[i] = was_first[r] ? acc[i] : total[i] + acc[i];
             acc[i] = 0.f;
         }
     }
@@ -238,32 +249,53 @@ __global__ void split_sum_kernel(SplitSums sums, const float* b, float* y, int o
     y[i] = v;
 }
 
-// Chunk c's four tiles into `stage`: x_hi, x_lo (output rows m0..), w_hi,
-// w_lo (output columns n0..), 64 reduction columns each; rows padded to
-// kPitch, or dense with 16-byte piece p of row r at slot p ^ (r % 8) (the
-// 128-byte swizzle). Thread i copies piece i % 8 of rows i / 8 + 16 j of
-// every tile; rows past the matrices are zero filled.
+// A thread's copies of a chunk's four tiles into a stage: x_hi, x_lo
+// (output rows m0..), w_hi, w_lo (output columns n0..), 64 reduction
+// columns each; rows padded to kPitch, or dense with 16-byte piece p of row
+// r at slot p ^ (r % 8) (the 128-byte swizzle). Thread i copies piece i % 8
+// of rows i / 8 + 16 j of every tile; rows past the matrices are zero
+// filled (from an address inside the matrix, never read). The sources are
+// set up once per block (the hi part's at chunk 0; the lo part's are a
+// part further), so that a chunk's copies cost an add each.
 template <bool kSwizzled>
-__device__ void load_chunk(__half* stage, const Args& a, int m0, int n0, int c) {
-    constexpr int kRow = kSwizzled ? kBK : kPitch;
-    constexpr int kRowStep = kThreads / 8;
+struct ChunkCopies {
+    static constexpr int kRow = kSwizzled ? kBK : kPitch;
+    static constexpr int kRowStep = kThreads / 8;
+    static constexpr int kRows = kTile / kRowStep;
     static_assert(kRowStep % 8 == 0, "one swizzle slot per thread");
-    const int piece = threadIdx.x % 8, r0 = threadIdx.x / 8;
-    const int k0 = c * kBK + piece * 8;
-    const int64_t x_part = int64_t(a.rows) * a.pitch, w_part = int64_t(a.out) * a.pitch;
-    __half* dst = stage + (kSwizzled ? piece ^ (r0 % 8) : piece) * 8;
+    const __half* x[kRows];
+    const __half* w[kRows];
+    bool x_ok[kRows], w_ok[kRows];
+    int64_t x_part, w_part;
+    int dst;  // this thread's first slot in a stage, in halves
+
+    __device__ ChunkCopies(const Args& a, int m0, int n0)
+        : x_part(int64_t(a.rows) * a.pitch), w_part(int64_t(a.out) * a.pitch) {
+        const int piece = threadIdx.x % 8, r0 = threadIdx.x / 8;
+        dst = r0 * kRow + (kSwizzled ? piece ^ (r0 % 8) : piece) * 8;
 #pragma unroll
-    for (int j = 0; j < kTile / kRowStep; ++j) {
-        const int r = r0 + j * kRowStep;
-        const bool x_ok = m0 + r < a.rows, w_ok = n0 + r < a.out;
-        const __half* x = x_ok ? a.x + int64_t(m0 + r) * a.pitch + k0 : a.x;
-        const __half* w = w_ok ? a.w + int64_t(n0 + r) * a.pitch + k0 : a.w;
-        cp_async16(dst + (0 * kTile + r) * kRow, x, x_ok);
-        cp_async16(dst + (1 * kTile + r) * kRow, x_ok ? x + x_part : a.x, x_ok);
-        cp_async16(dst + (2 * kTile + r) * kRow, w, w_ok);
-        cp_async16(dst + (3 * kTile + r) * kRow, w_ok ? w + w_part : a.w, w_ok);
+        for (int j = 0; j < kRows; ++j) {
+            const int r = r0 + j * kRowStep;
+            x_ok[j] = m0 + r < a.rows;
+            w_ok[j] = n0 + r < a.out;
+            x[j] = (x_ok[j] ? a.x + int64_t(m0 + r) * a.pitch : a.x) + piece * 8;
+            w[j] = (w_ok[j] ? a.w + int64_t(n0 + r) * a.pitch : a.w) + piece * 8;
+        }
     }
-}
+    // Chunk c into `stage`.
+    __device__ void load(__half* stage, int c) const {
+        const int k = c * kBK;
+        __half* const to = stage + dst;
+#pragma unroll
+        for (int j = 0; j < kRows; ++j) {
+            const int row = j * kRowStep * kRow;
+            cp_async16(to + 0 * kTile * kRow + row, x[j] + k, x_ok[j]);
+            cp_async16(to + 1 * kTile * kRow + row, x[j] + x_part + k, x_ok[j]);
+            cp_async16(to + 2 * kTile * kRow + row, w[j] + k, w_ok[j]);
+            cp_async16(to + 3 * kTile * kRow + row, w[j] + w_part + k, w_ok[j]);
+        }
+    }
+};
 
 // The reduction walk of one block over its split's chunks, Stages cp.async
 // stages deep: compute(tiles, c) runs the split's chunk s (the reduction's
@@ -278,9 +310,10 @@ __device__ void reduction_pipeline(const Args& a, int split, __half* smem, int m
     constexpr int kStage = kStageHalves<kAsyncProxy>;
     const int first = split * a.chunks_per_split;
     const int chunks = min(a.chunks_per_split, a.pitch / kBK - first);
+    const ChunkCopies<kAsyncProxy> copies(a, m0, n0);
 #pragma unroll
     for (int s = 0; s < Stages - 1; ++s) {
-        if (s < chunks) load_chunk<kAsyncProxy>(smem + s * kStage, a, m0, n0, first + s);
+        if (s < chunks) copies.load(smem + s * kStage, first + s);
         cp_async_commit();
     }
     for (int s = 0; s < chunks; ++s) {
@@ -288,8 +321,7 @@ __device__ void reduction_pipeline(const Args& a, int split, __half* smem, int m
         if (kAsyncProxy) fence_async_proxy();
         __syncthreads();  // chunk s landed; every warp is done with chunk s - 1's stage
         if (s + Stages - 1 < chunks) {
-            load_chunk<kAsyncProxy>(smem + (s + Stages - 1) % Stages * kStage, a, m0, n0,
-                                    first + s + Stages - 1);
+            copies.load(smem + (s + Stages - 1) % Stages * kStage, first + s + Stages - 1);
         }
         cp_async_commit();
         compute(smem + s % Stages * kStage, first + s);
