@@ -152,8 +152,11 @@ def test_linear_split_half(
 
 def test_linear_split_half_kernels_agree(rng: np.random.Generator) -> None:
     """The best kernel (wgmma on Hopper) issues the same products in the same order into each
-    chunk's sums as mma.sync: the same bits, on a split reduction, a single one, and partial tiles."""
-    for rows, d_in, d_out in ((159, 2048, 768), (600, 256, 2304), (7, 100, 130)):
+    chunk's sums as mma.sync: the same bits, on a split reduction, a single one, and partial tiles.
+    wgmma walks a block's chunks in runs of four, two and one (MMAs in flight within a run): 5 and
+    2 chunks per split, then 4, 7 and 3 chunks in one block."""
+    shapes = ((159, 2048, 768), (600, 256, 2304), (600, 448, 2304), (600, 192, 2304), (7, 100, 130))
+    for rows, d_in, d_out in shapes:
         x = f32(rng.standard_normal((rows, d_in)))
         w = f32(rng.standard_normal((d_out, d_in)) * 0.03)
         b = f32(rng.standard_normal(d_out))

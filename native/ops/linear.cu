@@ -16,16 +16,19 @@
 // split_rows_kernel; w's power-of-two scaling (away from FP16's underflow)
 // is undone in the epilogue, exactly. The kernel is a plain GEMM on 64 x 64
 // output tiles, one 64-wide reduction chunk per pipeline step: its four
-// tiles (x_hi, x_lo, w_hi, w_lo; 3 cp.async stages, or 2 where that fits a
-// grid in one wave (plan)) each loaded once for the three products (L2
-// bound otherwise: one product's two tiles per step was 1.5x the traffic);
-// each chunk's sums then move from the MMA accumulators into fp32
-// registers. Two kernels of that one design (HalfKernel): wgmma (sm_90a),
-// one warpgroup whose m64n64k16 wgmmas read both operands from 128-byte
-// swizzled tiles, and mma.sync (sm_80 on), 4 warps of 32 x 32 reading
-// 144-byte padded rows (ldmatrix conflict-free). Both issue the three
-// products of each 16-wide slice in the same order into the chunk's sums:
-// the same bits (the op tests check it on Hopper).
+// tiles (x_hi, x_lo, w_hi, w_lo; 3 stages, or 2 where that fits a grid in
+// one wave (plan)) each loaded once for the three products (L2 bound
+// otherwise: one product's two tiles per step was 1.5x the traffic); each
+// chunk's sums then move from the MMA accumulators into fp32 registers.
+// Two kernels of that one design (HalfKernel): wgmma (sm_90a), one
+// warpgroup whose m64n64k16 wgmmas read both operands from 128-byte
+// swizzled tiles that TMA copies in, a chunk's MMAs in flight while the
+// previous chunk's sums are added up (its instruction stream, not its
+// MMAs, bounds a block: ncu), and mma.sync (sm_80 on), 4 warps of 32 x 32
+// reading 144-byte padded rows (ldmatrix conflict-free) that cp.async
+// copies in. Both issue the three products of each 16-wide slice in the
+// same order into the chunk's sums: the same bits (the op tests check it
+// on Hopper).
 // ALBERT's shapes give few tiles (12 - 36 at 32 rows), and a block's steps
 // are bound by the latency of its copies, so the reduction is split over
 // blocks up to one wave of resident blocks; the splits' sums are then
@@ -42,6 +45,7 @@
 // grid layer per head, the reduction never split, y at its own row pitch).
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <cuda_fp16.h>
@@ -51,6 +55,7 @@
 #include "kokoro/launch.cuh"
 #include "kokoro/mma.cuh"
 #include "kokoro/ops.h"
+#include "kokoro/tensor_map.h"
 
 namespace kokoro::ops {
 namespace {
@@ -89,6 +94,8 @@ constexpr size_t smem_bytes(bool wgmma, int stages) {
     return wgmma ? kSwizzleAlign + sizeof(__half) * stages * kStageHalves<true>
                  : sizeof(__half) * stages * kStageHalves<false>;
 }
+// Two-stage wgmma blocks that share an SM (their registers kept to that).
+constexpr int kTwoStageBlocks = 3;
 
 // partial null: one split, the kernel writes y (row pitch ldy); else split
 // z writes its unscaled sums over chunks [z * chunks_per_split, ...) to
@@ -174,42 +181,74 @@ struct StackedSplits {
 template <int Stages, bool kStacked>
 __global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args a);
 template <int Stages, bool kStacked>
-__global__ void __launch_bounds__(kThreads) linear_split_wgmma_kernel(const Args a);
+__global__ void __launch_bounds__(kThreads, kTwoStageBlocks)
+    linear_split_wgmma_kernel(const Args a, const __grid_constant__ CUtensorMap x_map,
+                              const __grid_constant__ CUtensorMap w_map);
 
-// The instantiation that runs a plan (stacked: on row_chunks).
-using Kernel = void (*)(Args);
-template <bool kStacked>
-Kernel kernel_for(bool wgmma, int stages) {
-    if (wgmma) {
-        return stages == 2 ? linear_split_wgmma_kernel<2, kStacked>
-                           : linear_split_wgmma_kernel<3, kStacked>;
-    }
-    return stages == 2 ? linear_split_kernel<2, kStacked> : linear_split_kernel<3, kStacked>;
-}
-
-// That kernel with its shared memory size set (no other size is ever set).
-Kernel prepared_kernel(bool wgmma, int stages, bool stacked = false) {
-    const Kernel kernel =
-        stacked ? kernel_for<true>(wgmma, stages) : kernel_for<false>(wgmma, stages);
+// The instantiations that run a plan (stacked: on row_chunks), with their
+// shared memory size set (no other size is ever set).
+using MmaKernel = void (*)(Args);
+using WgmmaKernel = void (*)(Args, CUtensorMap, CUtensorMap);
+template <class Kernel>
+Kernel prepared(Kernel kernel, bool wgmma, int stages) {
     KOKORO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(smem_bytes(wgmma, stages))));
     return kernel;
 }
+MmaKernel mma_kernel(int stages, bool stacked) {
+    const MmaKernel kernels[2][2] = {
+        {linear_split_kernel<2, false>, linear_split_kernel<3, false>},
+        {linear_split_kernel<2, true>, linear_split_kernel<3, true>}};
+    return prepared(kernels[stacked][stages - 2], false, stages);
+}
+WgmmaKernel wgmma_kernel(int stages, bool stacked) {
+    const WgmmaKernel kernels[2][2] = {
+        {linear_split_wgmma_kernel<2, false>, linear_split_wgmma_kernel<3, false>},
+        {linear_split_wgmma_kernel<2, true>, linear_split_wgmma_kernel<3, true>}};
+    return prepared(kernels[stacked][stages - 2], true, stages);
+}
 
-// A launch of that kernel on `grid`.
+// The TMA map of an operand [items][2][rows][pitch] (the items `batch`
+// elements apart, dense: hi, then lo), whose box (a tile's 64 rows of one
+// reduction chunk, one part, one item) is a stage's tile; rows past the
+// matrix come in as zeros.
+CUtensorMap operand_map(const char* what, const __half* base, int rows, int pitch, int items,
+                        int64_t batch) {
+    if (items > 1 && batch != int64_t(2) * rows * pitch) {
+        throw CudaError(std::string(what) + ": a batch's operands must lie back to back");
+    }
+    return tensor_map<4>(what, base,
+                         {cuuint64_t(pitch), cuuint64_t(rows), 2, cuuint64_t(items)},
+                         {kBK, kTile, 1, 1});
+}
+
+// A launch of the plan's kernel on `grid` (z: items times splits).
 void launch(bool wgmma, int stages, dim3 grid, const Args& a, cudaStream_t stream) {
-    launch_dependent(prepared_kernel(wgmma, stages, a.row_chunks != nullptr), grid,
-                     dim3(kThreads), smem_bytes(wgmma, stages), stream,
-                     wgmma ? "linear_split_wgmma_kernel" : "linear_split_kernel", a);
+    const bool stacked = a.row_chunks != nullptr;
+    const size_t smem = smem_bytes(wgmma, stages);
+    if (!wgmma) {
+        launch_dependent(mma_kernel(stages, stacked), grid, dim3(kThreads), smem, stream,
+                         "linear_split_kernel", a);
+        return;
+    }
+    const int items = int(grid.z) / a.splits;
+    const CUtensorMap x_map = operand_map("split linear x", a.x, a.rows, a.pitch, items, a.x_batch);
+    const CUtensorMap w_map = operand_map("split linear w", a.w, a.out, a.pitch, items, a.w_batch);
+    launch_dependent(wgmma_kernel(stages, stacked), grid, dim3(kThreads), smem, stream,
+                     "linear_split_wgmma_kernel", a, x_map, w_map);
 }
 
 // Blocks of that kernel that fit on the device at once.
 int resident_blocks(bool wgmma, int stages, int sms) {
     const size_t bytes = smem_bytes(wgmma, stages);
-    const Kernel kernel = prepared_kernel(wgmma, stages);
     int per_sm = 0;
-    KOKORO_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, bytes));
+    if (wgmma) {
+        KOKORO_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, wgmma_kernel(stages, false), kThreads, bytes));
+    } else {
+        KOKORO_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, mma_kernel(stages, false), kThreads, bytes));
+    }
     return std::max(1, per_sm) * sms;
 }
 
@@ -249,20 +288,16 @@ __global__ void split_sum_kernel(SplitSums sums, const float* b, float* y, int o
     y[i] = v;
 }
 
-// A thread's copies of a chunk's four tiles into a stage: x_hi, x_lo
-// (output rows m0..), w_hi, w_lo (output columns n0..), 64 reduction
-// columns each; rows padded to kPitch, or dense with 16-byte piece p of row
-// r at slot p ^ (r % 8) (the 128-byte swizzle). Thread i copies piece i % 8
-// of rows i / 8 + 16 j of every tile; rows past the matrices are zero
+// A thread's copies of a chunk's four tiles into a stage of the mma.sync
+// kernel: x_hi, x_lo (output rows m0..), w_hi, w_lo (output columns n0..),
+// 64 reduction columns each, rows padded to kPitch. Thread i copies piece
+// i % 8 of rows i / 8 + 16 j of every tile; rows past the matrices are zero
 // filled (from an address inside the matrix, never read). The sources are
 // set up once per block (the hi part's at chunk 0; the lo part's are a
 // part further), so that a chunk's copies cost an add each.
-template <bool kSwizzled>
 struct ChunkCopies {
-    static constexpr int kRow = kSwizzled ? kBK : kPitch;
     static constexpr int kRowStep = kThreads / 8;
     static constexpr int kRows = kTile / kRowStep;
-    static_assert(kRowStep % 8 == 0, "one swizzle slot per thread");
     const __half* x[kRows];
     const __half* w[kRows];
     bool x_ok[kRows], w_ok[kRows];
@@ -272,7 +307,7 @@ struct ChunkCopies {
     __device__ ChunkCopies(const Args& a, int m0, int n0)
         : x_part(int64_t(a.rows) * a.pitch), w_part(int64_t(a.out) * a.pitch) {
         const int piece = threadIdx.x % 8, r0 = threadIdx.x / 8;
-        dst = r0 * kRow + (kSwizzled ? piece ^ (r0 % 8) : piece) * 8;
+        dst = r0 * kPitch + piece * 8;
 #pragma unroll
         for (int j = 0; j < kRows; ++j) {
             const int r = r0 + j * kRowStep;
@@ -288,29 +323,27 @@ struct ChunkCopies {
         __half* const to = stage + dst;
 #pragma unroll
         for (int j = 0; j < kRows; ++j) {
-            const int row = j * kRowStep * kRow;
-            cp_async16(to + 0 * kTile * kRow + row, x[j] + k, x_ok[j]);
-            cp_async16(to + 1 * kTile * kRow + row, x[j] + x_part + k, x_ok[j]);
-            cp_async16(to + 2 * kTile * kRow + row, w[j] + k, w_ok[j]);
-            cp_async16(to + 3 * kTile * kRow + row, w[j] + w_part + k, w_ok[j]);
+            const int row = j * kRowStep * kPitch;
+            cp_async16(to + 0 * kTile * kPitch + row, x[j] + k, x_ok[j]);
+            cp_async16(to + 1 * kTile * kPitch + row, x[j] + x_part + k, x_ok[j]);
+            cp_async16(to + 2 * kTile * kPitch + row, w[j] + k, w_ok[j]);
+            cp_async16(to + 3 * kTile * kPitch + row, w[j] + w_part + k, w_ok[j]);
         }
     }
 };
 
-// The reduction walk of one block over its split's chunks, Stages cp.async
+// The mma.sync kernel's walk over its split's chunks, Stages cp.async
 // stages deep: compute(tiles, c) runs the split's chunk s (the reduction's
 // chunk c) once it has landed for every thread; the barrier before it also
 // frees the stage chunk s - 1 used (compute waits for its MMAs), which chunk
 // s + Stages - 1 then refills.
-// kAsyncProxy: compute reads shared memory through the async proxy
-// (wgmma), which must be fenced against the copies.
-template <int Stages, bool kAsyncProxy, class Compute>
+template <int Stages, class Compute>
 __device__ void reduction_pipeline(const Args& a, int split, __half* smem, int m0, int n0,
                                    Compute compute) {
-    constexpr int kStage = kStageHalves<kAsyncProxy>;
+    constexpr int kStage = kStageHalves<false>;
     const int first = split * a.chunks_per_split;
     const int chunks = min(a.chunks_per_split, a.pitch / kBK - first);
-    const ChunkCopies<kAsyncProxy> copies(a, m0, n0);
+    const ChunkCopies copies(a, m0, n0);
 #pragma unroll
     for (int s = 0; s < Stages - 1; ++s) {
         if (s < chunks) copies.load(smem + s * kStage, first + s);
@@ -318,7 +351,6 @@ __device__ void reduction_pipeline(const Args& a, int split, __half* smem, int m
     }
     for (int s = 0; s < chunks; ++s) {
         cp_async_wait<Stages - 2>();
-        if (kAsyncProxy) fence_async_proxy();
         __syncthreads();  // chunk s landed; every warp is done with chunk s - 1's stage
         if (s + Stages - 1 < chunks) {
             copies.load(smem + (s + Stages - 1) % Stages * kStage, first + s + Stages - 1);
@@ -365,7 +397,7 @@ __global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args args)
         stacked.init(a, rows);
     }
     const int chunks = a.pitch / kBK;
-    reduction_pipeline<Stages, false>(a, split, smem, m0, n0, [&](const __half* tiles, int c) {
+    reduction_pipeline<Stages>(a, split, smem, m0, n0, [&](const __half* tiles, int c) {
         float sums[2][4][4] = {};  // the MMAs' sums over this chunk
 #pragma unroll
         for (int kk = 0; kk < kBK; kk += 16) {
@@ -418,18 +450,55 @@ __global__ void __launch_bounds__(kThreads) linear_split_kernel(const Args args)
             }
 }
 
-// The wgmma body exists in sm_90a device code only (other targets build an
-// empty kernel, never launched).
+// The wgmma kernel: one warpgroup, its stages filled by TMA (thread 0 issues
+// a chunk's four tiles, counted in on the stage's barrier, which every
+// thread waits on before the chunk's MMAs). The chunks go in runs of up to
+// four, each chunk's MMAs into one of two sum buffers, left in flight while
+// the previous chunk's sums are added up and its stage refilled (after a
+// barrier: every warp has waited for that chunk's MMAs). The run, not the
+// walk, keeps them in flight: ptxas serialises every wgmma where a loop's
+// back edge crosses MMAs in flight whose neighbours' sums are read (C7514).
+// The sums are added chunk by chunk in order, as the mma.sync kernel does:
+// the same bits. Its body exists in sm_90a device code only (other targets
+// build an empty kernel, never launched).
 template <int Stages, bool kStacked>
-__global__ void __launch_bounds__(kThreads) linear_split_wgmma_kernel(const Args args) {
+__global__ void __launch_bounds__(kThreads, kTwoStageBlocks)
+    linear_split_wgmma_kernel(const Args args, const __grid_constant__ CUtensorMap x_map,
+                              const __grid_constant__ CUtensorMap w_map) {
     await_producers();
     release_dependents();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    __shared__ uint64_t landed[Stages];
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < Stages; ++s) mbarrier_init(&landed[s], 1);
+        fence_mbarrier_init();
+    }
+    __syncthreads();
     int split = 0;
     const Args a = block_view(args, split);
+    const int item = int(blockIdx.z) / a.splits;
     extern __shared__ uint4 smem_vec[];
     __half* const smem = swizzle_aligned(smem_vec);
+    constexpr int kStage = kStageHalves<true>, kTileHalves = kTile * kBK;
     const int m0 = blockIdx.y * kTile, n0 = blockIdx.x * kTile;
+    const int first = split * a.chunks_per_split;
+    const int chunks = min(a.chunks_per_split, a.pitch / kBK - first);
+    // The split's chunk s into stage s % Stages (thread 0).
+    const auto load = [&](int s) {
+        __half* const stage = smem + s % Stages * kStage;
+        uint64_t* const bar = &landed[s % Stages];
+        const int k = (first + s) * kBK;
+        mbarrier_arrive_expect_tx(bar, kStage * sizeof(__half));
+        tma_load_4d(stage + 0 * kTileHalves, x_map, bar, k, m0, 0, item);
+        tma_load_4d(stage + 1 * kTileHalves, x_map, bar, k, m0, 1, item);
+        tma_load_4d(stage + 2 * kTileHalves, w_map, bar, k, n0, 0, item);
+        tma_load_4d(stage + 3 * kTileHalves, w_map, bar, k, n0, 1, item);
+    };
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < min(Stages, chunks); ++s) load(s);
+    }
+    uint32_t parities = 0;  // bit i: the parity of stage i's next phase
+
     float acc[kTile / 2] = {};  // fp32 sums over the finished chunks
     // acc[4 j + 2 h + e]: row 16 warp + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e.
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -439,29 +508,78 @@ __global__ void __launch_bounds__(kThreads) linear_split_wgmma_kernel(const Args
         const int rows[2] = {m0 + 16 * warp + lane / 4, m0 + 16 * warp + lane / 4 + 8};
         stacked.init(a, rows);
     }
-    const int chunks = a.pitch / kBK;
-    reduction_pipeline<Stages, true>(a, split, smem, m0, n0, [&](const __half* tiles, int c) {
-        constexpr uint32_t kTileBytes = kTile * kBK * sizeof(__half);
-        const uint32_t x_hi = smem_addr(tiles), x_lo = x_hi + kTileBytes;
-        const uint32_t w_hi = x_hi + 2 * kTileBytes, w_lo = x_hi + 3 * kTileBytes;
-        float sums[kTile / 2] = {};  // the MMAs' sums over this chunk
+    const int all_chunks = a.pitch / kBK;
+    using Sums = float[kTile / 2];  // the MMAs' sums over one chunk
+    Sums even = {}, odd = {};
+    // Chunk s's MMAs, once its stage landed, into sums (overwritten: each
+    // slice's first product does not accumulate), one commit group:
+    // x_hi w_hi + x_hi w_lo + x_lo w_hi per 16-wide slice (+32 bytes).
+    const auto issue = [&](Sums& sums, int s) {
+        const int stage = s % Stages;
+        mbarrier_wait(&landed[stage], (parities >> stage) & 1);
+        parities ^= 1u << stage;
+        constexpr uint32_t kTileBytes = kTileHalves * sizeof(__half);
+        uint32_t x_hi = smem_addr(smem + stage * kStage);
+        // (opaque: with two stages each chunk's stage is known, and its 48
+        // descriptors would be hoisted out of the walk into registers)
+        asm volatile("" : "+r"(x_hi));
+        const uint32_t x_lo = x_hi + kTileBytes, w_hi = x_hi + 2 * kTileBytes;
+        const uint32_t w_lo = x_hi + 3 * kTileBytes;
         wgmma_fence();
-        fence_accumulators(sums);
-        // x_hi w_hi + x_hi w_lo + x_lo w_hi per 16-wide slice (+32 bytes).
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk) {
             const uint32_t k = kk * 32;
-            wgmma_m64n64k16(sums, swizzled_descriptor(x_hi + k), swizzled_descriptor(w_hi + k));
+            wgmma_m64n64k16(sums, swizzled_descriptor(x_hi + k), swizzled_descriptor(w_hi + k),
+                            kk > 0);
             wgmma_m64n64k16(sums, swizzled_descriptor(x_hi + k), swizzled_descriptor(w_lo + k));
             wgmma_m64n64k16(sums, swizzled_descriptor(x_lo + k), swizzled_descriptor(w_hi + k));
         }
         wgmma_commit();
-        wgmma_wait<0>();
+    };
+    // Chunk s's MMAs done in this warp: once in every warp, its stage takes
+    // chunk s + Stages; its sums go into the fp32 totals.
+    const auto retire = [&](Sums& sums, int s) {
         fence_accumulators(sums);
+        __syncthreads();
+        if (threadIdx.x == 0 && s + Stages < chunks) load(s + Stages);
 #pragma unroll
         for (int i = 0; i < kTile / 2; ++i) acc[i] += sums[i];
-        if constexpr (kStacked) stacked.chunk_done(c, chunks, acc, row_slot);
-    });
+        if constexpr (kStacked) stacked.chunk_done(first + s, all_chunks, acc, row_slot);
+    };
+    // Chunks s .. s + n - 1, in the two buffers in turn.
+    const auto run = [&](auto n, int s) {
+        constexpr int kN = decltype(n)::value;
+        issue(even, s);
+        if constexpr (kN >= 2) {
+            issue(odd, s + 1);
+            wgmma_wait<1>();
+            retire(even, s);
+        }
+        if constexpr (kN >= 3) {
+            issue(even, s + 2);
+            wgmma_wait<1>();
+            retire(odd, s + 1);
+        }
+        if constexpr (kN >= 4) {
+            issue(odd, s + 3);
+            wgmma_wait<1>();
+            retire(even, s + 2);
+        }
+        wgmma_wait<0>();
+        if constexpr (kN % 2 == 1) {
+            retire(even, s + kN - 1);
+        } else {
+            retire(odd, s + kN - 1);
+        }
+    };
+    int s = 0;
+#pragma unroll 1
+    for (; s + 4 <= chunks; s += 4) run(std::integral_constant<int, 4>{}, s);
+    if (s + 2 <= chunks) {
+        run(std::integral_constant<int, 2>{}, s);
+        s += 2;
+    }
+    if (s < chunks) run(std::integral_constant<int, 1>{}, s);
 #pragma unroll
     for (int j = 0; j < kTile / 8; ++j)
 #pragma unroll
@@ -474,6 +592,8 @@ __global__ void __launch_bounds__(kThreads) linear_split_wgmma_kernel(const Args
             }
 #else
     static_cast<void>(args);
+    static_cast<void>(x_map);
+    static_cast<void>(w_map);
 #endif
 }
 

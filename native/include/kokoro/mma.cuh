@@ -181,9 +181,9 @@ __device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], const uint32_t (
 }
 
 // d (64 x 64) += A (64 x 16) @ B (16 x 64), both operands from shared
-// memory by descriptor.
+// memory by descriptor; d = A @ B where accumulate is false (d not read).
 __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t a_desc,
-                                                uint64_t b_desc) {
+                                                uint64_t b_desc, bool accumulate = true) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
@@ -198,7 +198,7 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t a_desc,
           "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
           "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
           "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a_desc), "l"(b_desc), "r"(1));
+        : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
 }
 
 // Bulk tensor copies (TMA) into shared memory, completed on an mbarrier: one
