@@ -44,6 +44,9 @@
 // operands split already (the fast attention's Q K^T and P V per head: a
 // grid layer per head, the reduction never split, y at its own row pitch).
 #include <algorithm>
+#include <array>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -185,27 +188,60 @@ __global__ void __launch_bounds__(kThreads, kTwoStageBlocks)
     linear_split_wgmma_kernel(const Args a, const __grid_constant__ CUtensorMap x_map,
                               const __grid_constant__ CUtensorMap w_map);
 
-// The instantiations that run a plan (stacked: on row_chunks), with their
-// shared memory size set (no other size is ever set).
+// The instantiations that run a plan: [stacked (on row_chunks)][stages - 2].
 using MmaKernel = void (*)(Args);
 using WgmmaKernel = void (*)(Args, CUtensorMap, CUtensorMap);
-template <class Kernel>
-Kernel prepared(Kernel kernel, bool wgmma, int stages) {
-    KOKORO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(smem_bytes(wgmma, stages))));
-    return kernel;
-}
-MmaKernel mma_kernel(int stages, bool stacked) {
-    const MmaKernel kernels[2][2] = {
-        {linear_split_kernel<2, false>, linear_split_kernel<3, false>},
-        {linear_split_kernel<2, true>, linear_split_kernel<3, true>}};
-    return prepared(kernels[stacked][stages - 2], false, stages);
-}
-WgmmaKernel wgmma_kernel(int stages, bool stacked) {
-    const WgmmaKernel kernels[2][2] = {
-        {linear_split_wgmma_kernel<2, false>, linear_split_wgmma_kernel<3, false>},
-        {linear_split_wgmma_kernel<2, true>, linear_split_wgmma_kernel<3, true>}};
-    return prepared(kernels[stacked][stages - 2], true, stages);
+const MmaKernel kMmaKernels[2][2] = {
+    {linear_split_kernel<2, false>, linear_split_kernel<3, false>},
+    {linear_split_kernel<2, true>, linear_split_kernel<3, true>}};
+const WgmmaKernel kWgmmaKernels[2][2] = {
+    {linear_split_wgmma_kernel<2, false>, linear_split_wgmma_kernel<3, false>},
+    {linear_split_wgmma_kernel<2, true>, linear_split_wgmma_kernel<3, true>}};
+
+// What plans and launches need of the current device, found once per
+// device, when the kernels' shared memory sizes are set (no other size is
+// ever set): a batch's grouped ALBERT launches its GEMMs uncaptured from
+// every lane's thread at once, and per launch these queries and attribute
+// calls were ~20 driver calls a GEMM.
+struct DeviceFacts {
+    bool wgmma = false;
+    int resident[2][2] = {};  // [wgmma][stages - 2]: plain blocks on the device at once
+};
+const DeviceFacts& device_facts() {
+    static std::mutex mutex;
+    static std::vector<std::unique_ptr<DeviceFacts>> by_device;
+    int device = 0;
+    KOKORO_CUDA_CHECK(cudaGetDevice(&device));
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (by_device.size() <= size_t(device)) by_device.resize(size_t(device) + 1);
+    std::unique_ptr<DeviceFacts>& facts = by_device[size_t(device)];
+    if (facts) return *facts;
+    auto found = std::make_unique<DeviceFacts>();
+    found->wgmma = device_runs_wgmma();
+    int sms = 0;
+    KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    // Sets each kernel's shared memory size; the blocks of the first (the
+    // plain kernel) that fit on the device.
+    const auto prepare = [&](auto kernels, bool wgmma, int stages) {
+        const int bytes = int(smem_bytes(wgmma, stages));
+        for (const auto kernel : kernels) {
+            KOKORO_CUDA_CHECK(cudaFuncSetAttribute(
+                kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        }
+        int per_sm = 0;
+        KOKORO_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernels[0],
+                                                                        kThreads, bytes));
+        found->resident[wgmma][stages - 2] = std::max(1, per_sm) * sms;
+    };
+    for (int stages = 2; stages <= 3; ++stages) {
+        prepare(std::array{kMmaKernels[0][stages - 2], kMmaKernels[1][stages - 2]}, false, stages);
+        if (found->wgmma) {
+            prepare(std::array{kWgmmaKernels[0][stages - 2], kWgmmaKernels[1][stages - 2]}, true,
+                    stages);
+        }
+    }
+    facts = std::move(found);
+    return *facts;
 }
 
 // The TMA map of an operand [items][2][rows][pitch] (the items `batch`
@@ -224,32 +260,19 @@ CUtensorMap operand_map(const char* what, const __half* base, int rows, int pitc
 
 // A launch of the plan's kernel on `grid` (z: items times splits).
 void launch(bool wgmma, int stages, dim3 grid, const Args& a, cudaStream_t stream) {
+    device_facts();  // (the shared memory sizes set)
     const bool stacked = a.row_chunks != nullptr;
     const size_t smem = smem_bytes(wgmma, stages);
     if (!wgmma) {
-        launch_dependent(mma_kernel(stages, stacked), grid, dim3(kThreads), smem, stream,
+        launch_dependent(kMmaKernels[stacked][stages - 2], grid, dim3(kThreads), smem, stream,
                          "linear_split_kernel", a);
         return;
     }
     const int items = int(grid.z) / a.splits;
     const CUtensorMap x_map = operand_map("split linear x", a.x, a.rows, a.pitch, items, a.x_batch);
     const CUtensorMap w_map = operand_map("split linear w", a.w, a.out, a.pitch, items, a.w_batch);
-    launch_dependent(wgmma_kernel(stages, stacked), grid, dim3(kThreads), smem, stream,
+    launch_dependent(kWgmmaKernels[stacked][stages - 2], grid, dim3(kThreads), smem, stream,
                      "linear_split_wgmma_kernel", a, x_map, w_map);
-}
-
-// Blocks of that kernel that fit on the device at once.
-int resident_blocks(bool wgmma, int stages, int sms) {
-    const size_t bytes = smem_bytes(wgmma, stages);
-    int per_sm = 0;
-    if (wgmma) {
-        KOKORO_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, wgmma_kernel(stages, false), kThreads, bytes));
-    } else {
-        KOKORO_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, mma_kernel(stages, false), kThreads, bytes));
-    }
-    return std::max(1, per_sm) * sms;
 }
 
 struct Plan {
@@ -264,14 +287,12 @@ struct Plan {
 // shallower pipeline loses less than the second wave (ALBERT's fused QKV
 // projection at 502 rows: 288 tiles).
 Plan plan(int rows, int in, int out, HalfKernel which, bool may_split = true) {
-    int device = 0, sms = 0;
-    KOKORO_CUDA_CHECK(cudaGetDevice(&device));
-    KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const bool wgmma = which == HalfKernel::kBest && device_runs_wgmma();
+    const DeviceFacts& device = device_facts();
+    const bool wgmma = which == HalfKernel::kBest && device.wgmma;
     const int chunks = split_pitch(in) / kBK;
     const int tiles = ((out + kTile - 1) / kTile) * ((rows + kTile - 1) / kTile);
-    const int deep = resident_blocks(wgmma, 3, sms);
-    if (tiles > deep && tiles <= resident_blocks(wgmma, 2, sms)) return {wgmma, 2, 1, chunks};
+    const int deep = device.resident[wgmma][1];
+    if (tiles > deep && tiles <= device.resident[wgmma][0]) return {wgmma, 2, 1, chunks};
     const int wanted = may_split ? std::max(1, deep / tiles) : 1;
     const int per = (chunks + wanted - 1) / wanted;
     return {wgmma, 3, (chunks + per - 1) / per, per};
@@ -731,7 +752,7 @@ void matmul_split_half_batched(const __half* x_split, int64_t x_stride, const __
     using namespace split_gemm;
     const dim3 grid(unsigned((out + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile),
                     unsigned(batch));
-    launch(kernel == HalfKernel::kBest && device_runs_wgmma(), 3, grid,
+    launch(kernel == HalfKernel::kBest && device_facts().wgmma, 3, grid,
            Args{x_split, w_split, nullptr, y, nullptr, nullptr, scale, 0.f, rows, out, pitch,
                 pitch / kBK, 1, ldy, x_stride, w_stride, y_stride},
            stream);
