@@ -200,9 +200,8 @@ const WgmmaKernel kWgmmaKernels[2][2] = {
 
 // What plans and launches need of the current device, found once per
 // device, when the kernels' shared memory sizes are set (no other size is
-// ever set): a batch's grouped ALBERT launches its GEMMs uncaptured from
-// every lane's thread at once, and per launch these queries and attribute
-// calls were ~20 driver calls a GEMM.
+// ever set), rather than in ~20 driver calls per GEMM: a batch's grouped
+// ALBERT launches its GEMMs uncaptured, from every lane's thread at once.
 struct DeviceFacts {
     bool wgmma = false;
     int resident[2][2] = {};  // [wgmma][stages - 2]: plain blocks on the device at once
@@ -532,8 +531,8 @@ __global__ void __launch_bounds__(kThreads, kTwoStageBlocks)
     const int all_chunks = a.pitch / kBK;
     using Sums = float[kTile / 2];  // the MMAs' sums over one chunk
     Sums even = {}, odd = {};
-    // Chunk s's MMAs, once its stage landed, into sums (overwritten: each
-    // slice's first product does not accumulate), one commit group:
+    // Chunk s's MMAs, once its stage landed, into sums (overwritten: the
+    // chunk's first product does not accumulate), one commit group:
     // x_hi w_hi + x_hi w_lo + x_lo w_hi per 16-wide slice (+32 bytes).
     const auto issue = [&](Sums& sums, int s) {
         const int stage = s % Stages;
