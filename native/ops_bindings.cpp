@@ -732,6 +732,38 @@ py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalF
     });
 }
 
+// ops::conv1d_strided_half_rows (the fast generator's strided noise convs):
+// x [Cin, Tin] rounded into half rows (the rows past Tin poisoned: the op
+// zeroes them), w [Cout, Cin, K] as the engine uploads it (polyphase); (y
+// [Cout, Tout], its statistics partials [Cout, parts, 3]) as conv1d_stats's.
+py::tuple conv1d_strided_half(const FloatArray& x, const FloatArray& w, const OptionalFloat& b,
+                              int stride, int pad, bool shared_gpu) {
+    const SharedGpu shared(shared_gpu);
+    require_ndim(x, 2, "x");
+    require_ndim(w, 3, "w");
+    const int Cin = dim(x, 0), Tin = dim(x, 1), Cout = dim(w, 0), K = dim(w, 2);
+    require(dim(w, 1) == Cin, "conv1d_strided_half: w does not match x");
+    const int Tout = ops::conv1d_out_len(Tin, K, stride, pad, 1);
+    require(Tout > 0, "conv1d_strided_half: input too short");
+    const DeviceArray<__half> rows =
+        half_rows_input(x, ops::HalfOperands::kRounded, 1.f,
+                        stride * ops::conv1d_polyphase_rows(Tin, stride));
+    const int taps = ops::conv1d_polyphase_taps(K, stride, pad);
+    std::vector<__half> host(size_t(Cout) * taps * stride * ops::half_rows_pitch(Cin));
+    const float scale = ops::conv_weight_to_polyphase_half_rows(
+        relaid_conv_weight(w).data(), host.data(), Cout, K, Cin, stride, pad);
+    const DeviceArray<__half> hw = upload_halves(host);
+    OptionalDevice db(b);
+    DFloat scratch(ops::conv1d_strided_half_rows_scratch_floats(Cin, Cout, Tin, K, stride, pad));
+    const int parts = ops::conv1d_strided_half_rows_stats_parts(Cin, Cout, Tin, K, stride, pad);
+    auto stats = DeviceArray<double>::poisoned(int64_t(Cout) * parts * ops::kPartialDoubles);
+    return conv_out(Cout, Tout, parts, stats, false, [&](ops::FloatOrHalf y) {
+        ops::conv1d_strided_half_rows(rows.get(), hw.get(), scale, db.get(),
+                                      y.f32, Cin, Cout, Tin, K, stride, pad, nullptr,
+                                      scratch.get(), stream(), parts > 0 ? stats.get() : nullptr);
+    });
+}
+
 // A conv1d on the tensor cores that takes its input raw (ops::HalfInput): x
 // uploaded as FP16 [Cin, Tin], its AdaIN (style, Snake's alpha) from its
 // statistics partials, as a residual block's second conv does (rounded
@@ -1048,6 +1080,8 @@ void register_ops(py::module_& m) {
           "dilation"_a = 1, "groups"_a = 1, "residual"_a = py::none(),
           "residual_in_place"_a = false, "math"_a = "fp32");
     o.def("conv1x1_half", &conv1x1_half, "x"_a, "w"_a);
+    o.def("conv1d_strided_half", &conv1d_strided_half, "x"_a, "w"_a, "b"_a = py::none(),
+          "stride"_a = 2, "pad"_a = 0, "shared_gpu"_a = false);
     o.def("conv1d_stats", &conv1d_stats, "x"_a, "w"_a, "b"_a = py::none(), "pad"_a = 0,
           "dilation"_a = 1, "residual"_a = py::none(), "math"_a = "fp16", "out_scale"_a = 1.f,
           "shared_gpu"_a = false, "half_out"_a = false, "residual_half"_a = false);

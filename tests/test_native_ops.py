@@ -538,6 +538,45 @@ def test_conv1d_fp16(rng: np.random.Generator, case: tuple[int, ...], math_name:
         )
 
 
+# (c_in, c_out, t_in, K, stride, pad): the fast generator's first noise conv (22 -> 256, K 12,
+# stride 6, pad 3) on a medium input's source STFT length and on one of a whole number of
+# strides; K not a multiple of the stride; no pad; a short input (fewer rows than a tile).
+STRIDED_CONV1D_CASES = [
+    (22, 256, 56761, 12, 6, 3),
+    (22, 256, 6000, 12, 6, 3),
+    (40, 96, 777, 5, 2, 2),
+    (8, 130, 500, 9, 3, 0),
+    (22, 128, 40, 12, 6, 3),
+]
+
+
+@pytest.mark.parametrize("shared_gpu", [False, True])
+@pytest.mark.parametrize("case", STRIDED_CONV1D_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_conv1d_strided_half(rng: np.random.Generator, case: tuple[int, ...], shared_gpu: bool) -> None:
+    """The polyphase tensor-core conv of stride > 1 against the float64 strided conv of the
+    FP16-rounded operands (only fp32 accumulation error remains) and of the exact ones; its
+    statistics partials tile y; the input's rows past Tin, poisoned, are zeroed by the op."""
+    c_in, c_out, t_in, k, stride, pad = case
+    x = f32(rng.standard_normal((c_in, t_in)))
+    w = f32(rng.standard_normal((c_out, c_in, k)) / math.sqrt(c_in * k))
+    b = f32(rng.standard_normal(c_out))
+    y, parts = gpu.conv1d_strided_half(x, w, b, stride, pad, shared_gpu)
+    rounded = ref.conv1d(round_half(x), round_half(w), f64(b), stride, pad, 1, 1)
+    assert y.shape == rounded.shape
+    check(f"strided conv1d {case} vs rounded operands", y, rounded, reduction_tol(c_in * k))
+    want = ref.conv1d(f64(x), f64(w), f64(b), stride, pad, 1, 1)
+    check(f"strided conv1d {case}", y, want, HALF_OPERAND_TOL)
+    check_partials(y, parts)
+
+
+def test_conv1d_strided_half_rejects_one_tap() -> None:
+    """A kernel within one stride (one polyphase tap) is refused with the op's message."""
+    x = f32(np.ones((4, 64)))
+    w = f32(np.ones((8, 4, 3)))
+    with pytest.raises(BackendError, match="at least two strides"):
+        gpu.conv1d_strided_half(x, w, None, 4, 0)
+
+
 @pytest.mark.parametrize("math_name", ["fp16x3", "fp16x3_mma_sync"])
 @pytest.mark.parametrize("case", FAST_CONV1D_CASES, ids=lambda c: "x".join(map(str, c)))
 def test_conv1d_fp16x3(rng: np.random.Generator, case: tuple[int, ...], math_name: str) -> None:

@@ -173,7 +173,8 @@ ops::HalfOperands DeviceWeights::half_form(const std::string& name, ops::HalfOpe
     return name.rfind("predictor.F0", 0) == 0 ? ops::HalfOperands::kSplit : form;
 }
 
-DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOperands form) {
+DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOperands form,
+                             const StridedConvs& strided) {
     // Lay out every device tensor as (offset, pieces copied from the host);
     // derived tensors (folded LSTM biases, relaid conv weights) are built in
     // `owned` first.
@@ -235,6 +236,19 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
                 owned.emplace_back(static_cast<size_t>(tensor.numel()));
                 ops::conv_weight_to_device_layout(tensor.data, owned.back().data(), A, B, K);
                 src = owned.back().data();
+                const auto polyphase = strided.find(name);
+                if (polyphase != strided.end() && form == ops::HalfOperands::kRounded) {
+                    const auto [stride, pad] = polyphase->second;
+                    const int64_t n = A * ops::conv1d_polyphase_taps(K, stride, pad) * stride *
+                                      ops::half_rows_pitch(B);
+                    const size_t at = halves.size();
+                    half_offsets[name] = at;
+                    halves.resize(ops::round_up(at + size_t(n), kArenaAlignFloats * 2));
+                    const float scale = ops::conv_weight_to_polyphase_half_rows(
+                        src, halves.data() + at, int(A), K, B, stride, pad);
+                    half_entries_[name] = {nullptr, n, scale, form};
+                    continue;  // no fp32 copy
+                }
                 // Conv1d [c_out, c_in, K]; transposed [c_in, c_out, K].
                 const bool transposed = half_transposed(name);
                 if (half_only(name, transposed ? int(A) : B)) {
@@ -573,6 +587,26 @@ ops::ChannelPartials Context::conv1d(const std::string& prefix, ops::ScaledSum x
                                      const char* y_stats_slot) const {
     const int64_t numel = int64_t(c_out) * (c_in / groups) * kernel;
     const float* b = bias ? weights.get(prefix + ".bias", c_out) : nullptr;
+    if (groups == 1 && stride > 1 && dilation == 1 && weights.has_half(prefix + ".weight")) {
+        const int taps = ops::conv1d_polyphase_taps(kernel, stride, pad);
+        const DeviceWeights::HalfConv w = weights.get_half(
+            prefix + ".weight", int64_t(c_out) * taps * stride * ops::half_rows_pitch(c_in));
+        __half* rows =
+            half_rows(c_in, stride * ops::conv1d_polyphase_rows(t_in, stride), w.form);
+        ops::to_half_rows(x, rows, c_in, t_in, w.form, stream, leaky_slope);
+        const int64_t scratch_floats = ops::conv1d_strided_half_rows_scratch_floats(
+            c_in, c_out, t_in, kernel, stride, pad, conv_streams);
+        float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
+        ops::ChannelPartials y_stats{};
+        if (y_stats_slot != nullptr) {
+            y_stats.parts = ops::conv1d_strided_half_rows_stats_parts(c_in, c_out, t_in, kernel,
+                                                                     stride, pad, conv_streams);
+            y_stats.data = conv_stats(y_stats_slot, c_out, y_stats.parts);
+        }
+        ops::conv1d_strided_half_rows(rows, w.w, w.scale, b, y, c_in, c_out, t_in, kernel, stride,
+                                      pad, residual, scratch, stream, y_stats.data, conv_streams);
+        return y_stats;
+    }
     if (groups == 1 && stride == 1 && weights.has_half(prefix + ".weight")) {
         const DeviceWeights::HalfConv w = weights.get_half(
             prefix + ".weight", int64_t(c_out) * kernel * ops::half_rows_pitch(c_in));
@@ -1353,7 +1387,8 @@ Engine::Engine(const ModelConfig& config, const HostWeights& weights, int device
         int(std::clamp<size_t>(prop.totalGlobalMem / kBytesPerLane, kMinLanes, kMaxLanes));
     weights_ = std::make_unique<DeviceWeights>(
         weights, cfg_.style_dim,
-        precision_ == Precision::kFast ? ops::HalfOperands::kRounded : ops::HalfOperands::kSplit);
+        precision_ == Precision::kFast ? ops::HalfOperands::kRounded : ops::HalfOperands::kSplit,
+        generator_strided_convs(cfg_));
     lane(0);
 }
 

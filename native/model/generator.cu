@@ -181,6 +181,21 @@ Stage stage_shape(const ModelConfig& cfg, int i, int F) {
     }
 }
 
+// Stage i's noise conv on the source STFT: a kernel of two strides, the
+// stride that of the stages after it; the last stage's pointwise.
+struct NoiseConv {
+    int kernel, stride, pad;
+};
+
+NoiseConv noise_conv(const ModelConfig& cfg, int i) {
+    if (size_t(i) + 1 == cfg.upsample_rates.size()) return {1, 1, 0};
+    int stride = 1;
+    for (size_t j = size_t(i) + 1; j < cfg.upsample_rates.size(); ++j) {
+        stride *= cfg.upsample_rates[j];
+    }
+    return {2 * stride, stride, (stride + 1) / 2};
+}
+
 // Source branch of stage i: the source STFT `har` brought to the stage's
 // frame rate (noise conv) and through the stage's noise AdaINResBlock1,
 // into the workspace slot "generator.source.<i>", which the stage's main
@@ -190,20 +205,17 @@ float* source_branch(const Context& ctx, const float* har, int i, int F) {
     const std::string g = "decoder.generator";
     const std::string idx = std::to_string(i);
     const Stage s = stage_shape(cfg, i, F);
-    const int n_stages = static_cast<int>(cfg.upsample_rates.size());
-    const bool last = i + 1 == n_stages;
+    const bool last = size_t(i) + 1 == cfg.upsample_rates.size();
     const int spec_rows = cfg.n_fft + 2;
     const int spec_frames = generator_spec_frames(cfg, F);
     float* source = ctx.ws.floats("generator.source." + idx, int64_t(s.c_out) * s.t_out);
-    int stride = 1;
-    for (int j = i + 1; j < n_stages; ++j) stride *= cfg.upsample_rates[j];
-    const int noise_kernel = last ? 1 : 2 * stride;
-    const int noise_pad = last ? 0 : (stride + 1) / 2;
+    const NoiseConv noise = noise_conv(cfg, i);
     check_length("noise_convs." + idx,
-                 ops::conv1d_out_len(spec_frames, noise_kernel, stride, noise_pad, 1), s.t_out);
+                 ops::conv1d_out_len(spec_frames, noise.kernel, noise.stride, noise.pad, 1),
+                 s.t_out);
     const ops::ChannelPartials source_stats =
         ctx.conv1d(g + ".noise_convs." + idx, har, source, spec_rows, s.c_out, spec_frames,
-                   noise_kernel, stride, noise_pad, 1, 1, true, nullptr, 1.f, "noise_conv");
+                   noise.kernel, noise.stride, noise.pad, 1, 1, true, nullptr, 1.f, "noise_conv");
     adain_resblock1(ctx, g + ".noise_res." + idx, source, source, s.c_out, s.t_out,
                     last ? kLastNoiseResKernel : kNoiseResKernel, cfg.resblock_dilation_sizes[0],
                     source_stats);
@@ -211,6 +223,18 @@ float* source_branch(const Context& ctx, const float* har, int i, int F) {
     return source;
 }
 }  // namespace
+
+StridedConvs generator_strided_convs(const ModelConfig& cfg) {
+    StridedConvs convs;
+    for (size_t i = 0; i < cfg.upsample_rates.size(); ++i) {
+        const NoiseConv c = noise_conv(cfg, int(i));
+        if (c.stride > 1) {
+            convs["decoder.generator.noise_convs." + std::to_string(i) + ".weight"] = {c.stride,
+                                                                                      c.pad};
+        }
+    }
+    return convs;
+}
 
 void generator_forward(const Context& ctx, const Context& side,
                        const Context (&resblocks)[kResblockStreams], ops::Stft& stft,

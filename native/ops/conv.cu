@@ -67,6 +67,16 @@
 // walks three chunks per 64 channels, x_hi w_hi, x_hi w_lo and x_lo w_hi,
 // into the same accumulators (three times the MMAs, float32-level sums).
 //
+// Conv1d of stride s > 1 on the tensor cores (conv1d_strided_half_rows: the
+// fast generator's first noise conv, 22 -> 256 channels, K 12, stride 6, on
+// the source STFT): the stride-1 conv of its polyphase form. Time-major half
+// rows of x with s rows read as one row of s * ld channels are the s phases
+// side by side, and tap k lands on phase (k - pad) mod s of a row
+// floor((k - pad) / s) away, so the weight relaid as [Cout, taps, s * ld]
+// (zeros where no tap lands) makes it one conv1d_half_rows GEMM over
+// ceil(Tin / s) rows: no im2col, the same kernel and epilogue (statistics
+// included); its MMAs include the zeros (432 reduction columns for 264).
+//
 // Conv1d, pointwise (K = 1, stride 1, no bias) with many input channels in
 // precision "fast" (the decoder's block shortcuts: conv1x1_half_rows): one
 // FP16 GEMM on cuBLAS over the half rows, into an FP16 channels-first y,
@@ -1870,6 +1880,29 @@ HalfCall transposed_call(int Cin, int Cout, int Tin, int K, int stride, int pad,
     return c;
 }
 
+// A strided conv1d's polyphase form (conv1d_strided_half_rows): taps m of
+// floor(-pad / stride) .. floor((K - 1 - pad) / stride), as a stride-1 conv
+// of `taps` taps with left pad `pad`.
+struct Polyphase {
+    int taps, pad;
+    Polyphase(int K, int stride, int conv_pad)
+        : taps(floor_div(K - 1 - conv_pad, stride) - floor_div(-conv_pad, stride) + 1),
+          pad(-floor_div(-conv_pad, stride)) {}
+    static int floor_div(int a, int b) { return a >= 0 ? a / b : -((b - 1 - a) / b); }
+};
+
+HalfCall strided_call(int Cin, int Cout, int Tin, int K, int stride, int pad, int streams) {
+    const Polyphase poly(K, stride, pad);
+    if (stride < 2 || pad < 0 || poly.taps < 2) {
+        throw CudaError("conv1d_strided_half_rows: needs a stride of at least 2, pad >= 0 and "
+                        "taps over at least two strides; got K " + std::to_string(K) +
+                        ", stride " + std::to_string(stride) + ", pad " + std::to_string(pad));
+    }
+    return half_call(stride * half_rows_pitch(Cin), Cout, conv1d_polyphase_rows(Tin, stride),
+                     conv1d_out_len(Tin, K, stride, pad, 1), poly.taps, poly.pad, 1, 1,
+                     HalfOperands::kRounded, streams);
+}
+
 // Whether the call takes a raw input (ops::HalfInput): conv1d_takes_raw_input.
 bool takes_raw_input(const HalfCall& c, HalfKernel kernel) {
     const igemm::ConvArgs& a = c.args;
@@ -2028,6 +2061,50 @@ void conv_transpose1d_half_rows(const __half* x, const __half* w, float w_scale,
                                 double* stats) {
     run(transposed_call(Cin, Cout, Tin, K, stride, pad, reflect_left, form), x, w, w_scale, b, y,
         residual, scratch, stream, kernel, stats);
+}
+
+int conv1d_polyphase_rows(int Tin, int stride) { return (Tin + stride - 1) / stride; }
+
+int conv1d_polyphase_taps(int K, int stride, int pad) { return Polyphase(K, stride, pad).taps; }
+
+int64_t conv1d_strided_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int stride,
+                                                int pad, int streams) {
+    return strided_call(Cin, Cout, Tin, K, stride, pad, streams).scratch_floats();
+}
+
+int conv1d_strided_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int stride, int pad,
+                                         int streams) {
+    return strided_call(Cin, Cout, Tin, K, stride, pad, streams).stats_parts();
+}
+
+void conv1d_strided_half_rows(__half* x, const __half* w, float w_scale, const float* b, float* y,
+                              int Cin, int Cout, int Tin, int K, int stride, int pad,
+                              const float* residual, float* scratch, cudaStream_t stream,
+                              double* stats, int streams) {
+    const HalfCall call = strided_call(Cin, Cout, Tin, K, stride, pad, streams);
+    if (call.empty()) return;
+    const int64_t rows = int64_t(call.args.Tin) * stride, ld = half_rows_pitch(Cin);
+    if (rows > Tin) {
+        KOKORO_CUDA_CHECK(cudaMemsetAsync(x + Tin * ld, 0, sizeof(__half) * (rows - Tin) * ld,
+                                          stream));
+    }
+    run(call, x, w, w_scale, b, y, residual, scratch, stream, HalfKernel::kBest, stats);
+}
+
+float conv_weight_to_polyphase_half_rows(const float* src, __half* dst, int Cout, int K, int Cin,
+                                         int stride, int pad) {
+    const Polyphase poly(K, stride, pad);
+    const int ld = half_rows_pitch(Cin), width = stride * ld;
+    std::vector<float> rows(size_t(Cout) * poly.taps * width, 0.f);
+    for (int64_t co = 0; co < Cout; ++co) {
+        for (int k = 0; k < K; ++k) {
+            const int m = Polyphase::floor_div(k - pad, stride), p = k - pad - m * stride;
+            float* const to = rows.data() + (co * poly.taps + m + poly.pad) * width + p * ld;
+            std::copy_n(src + (co * K + k) * Cin, Cin, to);
+        }
+    }
+    return conv_weight_to_half_rows(rows.data(), dst, Cout, poly.taps, width,
+                                    HalfOperands::kRounded);
 }
 
 void conv_transpose1d_depthwise_half_rows(const float* x, const float* w, const float* b,

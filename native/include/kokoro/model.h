@@ -68,6 +68,13 @@ struct ModelConfig {
     int source_upsampling() const;
 };
 
+// A conv1d of stride > 1 (generator_strided_convs), which precision "fast"
+// runs polyphase on the tensor cores (ops::conv1d_strided_half_rows).
+struct StridedConv {
+    int stride, pad;
+};
+using StridedConvs = std::unordered_map<std::string, StridedConv>;  // by weight name
+
 // A weight the model needs is missing or has the wrong size.
 class WeightsError : public std::runtime_error {
 public:
@@ -95,8 +102,10 @@ class DeviceWeights {
 public:
     // The conv weights the tensor-core convs read (half_only) are kept as
     // FP16 alone, in `form` (rounded for precision "fast", split for
-    // "fp32") or as half_form() says.
-    DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOperands form);
+    // "fp32") or as half_form() says; in rounded form the `strided` convs
+    // too, in their polyphase form (ops::conv_weight_to_polyphase_half_rows).
+    DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOperands form,
+                  const StridedConvs& strided);
     static constexpr int kMinHalfChannels = 32;
     // The one place that says which convs run on the tensor cores: a conv
     // weight (K >= 2, or half_pointwise) of every dense conv with at least
@@ -370,9 +379,10 @@ struct Context {
     // and take their scratch from the workspace.
     // Conv1d x [c_in, t_in] -> y [c_out, t_out]; y = conv(act(x)) + residual
     // if given, act = LeakyReLU(leaky_slope) (1: none). Convs with a
-    // tensor-core weight (DeviceWeights::half_only) run on the FP16
-    // tensor-core kernel (x converted to half rows first, in the weight's
-    // form, act on the way); the others in fp32, or TF32 GEMMs where `fast`.
+    // tensor-core weight (DeviceWeights::half_only, or a strided conv's
+    // polyphase one) run on the FP16 tensor-core kernel (x converted to half
+    // rows first, in the weight's form, act on the way); the others in fp32,
+    // or TF32 GEMMs where `fast`.
     // x may be a ScaledSum of several tensors where the conv has a
     // tensor-core weight. y_stats_slot (may be null): as adain_conv1d's;
     // returns y's partials where the conv writes them (ops::conv1d_stats_parts).
@@ -538,6 +548,9 @@ void decoder_forward(const Context& ctx, const Context& lane, const float* t_en,
 const float* generator_source(const Context& ctx, ops::Stft& stft, const float* f0, int F,
                               bool deterministic, const uint64_t* seed);
 int generator_spec_frames(const ModelConfig& cfg, int F);
+// The generator's convs of stride > 1 (its noise convs but the last), by
+// weight name: DeviceWeights keeps them for the polyphase tensor-core conv.
+StridedConvs generator_strided_convs(const ModelConfig& cfg);
 // iSTFTNet generator: x [upsample_initial_channel, 2F] and the source har
 // -> audio [source_upsampling() * 2F]. The stages' source branches (noise
 // conv + noise AdaINResBlock1 on har) run on `side` (whose stream holds har
