@@ -247,6 +247,7 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
                     const float scale = ops::conv_weight_to_polyphase_half_rows(
                         src, halves.data() + at, int(A), K, B, stride, pad);
                     half_entries_[name] = {nullptr, n, scale, form};
+                    polyphase_.insert(name);
                     continue;  // no fp32 copy
                 }
                 // Conv1d [c_out, c_in, K]; transposed [c_in, c_out, K].
@@ -587,7 +588,10 @@ ops::ChannelPartials Context::conv1d(const std::string& prefix, ops::ScaledSum x
                                      const char* y_stats_slot) const {
     const int64_t numel = int64_t(c_out) * (c_in / groups) * kernel;
     const float* b = bias ? weights.get(prefix + ".bias", c_out) : nullptr;
-    if (groups == 1 && stride > 1 && dilation == 1 && weights.has_half(prefix + ".weight")) {
+    if (weights.polyphase(prefix + ".weight")) {
+        if (groups != 1 || dilation != 1) {
+            throw std::logic_error(prefix + ": a strided tensor-core conv is dense, undilated");
+        }
         const int taps = ops::conv1d_polyphase_taps(kernel, stride, pad);
         const DeviceWeights::HalfConv w = weights.get_half(
             prefix + ".weight", int64_t(c_out) * taps * stride * ops::half_rows_pitch(c_in));

@@ -32,6 +32,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -143,6 +144,9 @@ public:
         ops::HalfOperands form;
     };
     bool has_half(const std::string& name) const { return half_entries_.count(name) != 0; }
+    // Whether conv weight `name`'s tensor-core copy is a strided conv's
+    // polyphase form.
+    bool polyphase(const std::string& name) const { return polyphase_.count(name) != 0; }
     // The tensor-core copy of conv weight `name`, checked to hold `numel`
     // values per FP16 part.
     HalfConv get_half(const std::string& name, int64_t numel) const;
@@ -207,6 +211,7 @@ private:
     size_t bytes_ = 0;
     std::unordered_map<std::string, Entry> entries_;
     std::unordered_map<std::string, HalfEntry> half_entries_;
+    std::unordered_set<std::string> polyphase_;  // of half_entries_
     std::unordered_map<std::string, HalfEntry> split_entries_;  // numel: both parts'
     std::unordered_map<std::string, Lstm> lstms_;
     std::unordered_map<std::string, StyleSlot> style_slots_;
