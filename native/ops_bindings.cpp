@@ -747,9 +747,9 @@ py::tuple conv1d_strided_half(const FloatArray& x, const FloatArray& w, const Op
     require(Tout > 0, "conv1d_strided_half: input too short");
     const DeviceArray<__half> rows =
         half_rows_input(x, ops::HalfOperands::kRounded, 1.f,
-                        stride * ops::conv1d_polyphase_rows(Tin, stride));
-    const int taps = ops::conv1d_polyphase_taps(K, stride, pad);
-    std::vector<__half> host(size_t(Cout) * taps * stride * ops::half_rows_pitch(Cin));
+                        ops::conv1d_strided_input_rows(Tin, stride));
+    std::vector<__half> host(
+        size_t(ops::conv_weight_polyphase_halves(Cout, K, Cin, stride, pad)));
     const float scale = ops::conv_weight_to_polyphase_half_rows(
         relaid_conv_weight(w).data(), host.data(), Cout, K, Cin, stride, pad);
     const DeviceArray<__half> hw = upload_halves(host);

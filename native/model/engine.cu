@@ -195,14 +195,20 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
     };
     // Linear weight w [out, in] as split FP16 only (split_linear).
     const bool split_linears = form == ops::HalfOperands::kRounded;
-    auto place_split = [&](const std::string& name, const float* w, int64_t out, int64_t in) {
-        const int64_t n = 2 * out * ops::split_pitch(int(in));
+    // `count` FP16 values of tensor `name` in the FP16 arena's host image
+    // (the pointer: until the next placement).
+    auto place_half = [&](const std::string& name, int64_t count) {
         const size_t at = halves.size();
         half_offsets[name] = at;
-        halves.resize(ops::round_up(at + size_t(n), kArenaAlignFloats * 2));
-        split_entries_[name] = {
-            nullptr, n, ops::linear_weight_to_split_half(w, halves.data() + at, int(out), int(in)),
-            ops::HalfOperands::kSplit};
+        halves.resize(ops::round_up(at + size_t(count), kArenaAlignFloats * 2));
+        return halves.data() + at;
+    };
+    auto place_split = [&](const std::string& name, const float* w, int64_t out, int64_t in) {
+        const int64_t n = 2 * out * ops::split_pitch(int(in));
+        __half* dst = place_half(name, n);
+        split_entries_[name] = {nullptr, n,
+                                ops::linear_weight_to_split_half(w, dst, int(out), int(in)),
+                                ops::HalfOperands::kSplit};
     };
     auto find = [&](const std::string& name) -> const HostTensor& {
         auto it = host.find(name);
@@ -239,13 +245,9 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
                 const auto polyphase = strided.find(name);
                 if (polyphase != strided.end() && form == ops::HalfOperands::kRounded) {
                     const auto [stride, pad] = polyphase->second;
-                    const int64_t n = A * ops::conv1d_polyphase_taps(K, stride, pad) * stride *
-                                      ops::half_rows_pitch(B);
-                    const size_t at = halves.size();
-                    half_offsets[name] = at;
-                    halves.resize(ops::round_up(at + size_t(n), kArenaAlignFloats * 2));
+                    const int64_t n = ops::conv_weight_polyphase_halves(int(A), K, B, stride, pad);
                     const float scale = ops::conv_weight_to_polyphase_half_rows(
-                        src, halves.data() + at, int(A), K, B, stride, pad);
+                        src, place_half(name, n), int(A), K, B, stride, pad);
                     half_entries_[name] = {nullptr, n, scale, form};
                     polyphase_.insert(name);
                     continue;  // no fp32 copy
@@ -256,11 +258,7 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
                     const ops::HalfOperands wform = half_form(name, form);
                     const int64_t n = transposed ? int64_t(K) * B * ops::half_rows_pitch(int(A))
                                                  : A * K * ops::half_rows_pitch(B);
-                    const size_t at = halves.size();
-                    half_offsets[name] = at;
-                    halves.resize(ops::round_up(at + size_t(n * ops::half_parts(wform)),
-                                                kArenaAlignFloats * 2));
-                    __half* dst = halves.data() + at;
+                    __half* dst = place_half(name, n * ops::half_parts(wform));
                     const float scale =
                         transposed
                             ? ops::conv_transpose_weight_to_half_rows(src, dst, int(A), K, B, wform)
@@ -592,11 +590,10 @@ ops::ChannelPartials Context::conv1d(const std::string& prefix, ops::ScaledSum x
         if (groups != 1 || dilation != 1) {
             throw std::logic_error(prefix + ": a strided tensor-core conv is dense, undilated");
         }
-        const int taps = ops::conv1d_polyphase_taps(kernel, stride, pad);
         const DeviceWeights::HalfConv w = weights.get_half(
-            prefix + ".weight", int64_t(c_out) * taps * stride * ops::half_rows_pitch(c_in));
-        __half* rows =
-            half_rows(c_in, stride * ops::conv1d_polyphase_rows(t_in, stride), w.form);
+            prefix + ".weight",
+            ops::conv_weight_polyphase_halves(c_out, kernel, c_in, stride, pad));
+        __half* rows = half_rows(c_in, ops::conv1d_strided_input_rows(t_in, stride), w.form);
         ops::to_half_rows(x, rows, c_in, t_in, w.form, stream, leaky_slope);
         const int64_t scratch_floats = ops::conv1d_strided_half_rows_scratch_floats(
             c_in, c_out, t_in, kernel, stride, pad, conv_streams);

@@ -1898,7 +1898,8 @@ HalfCall strided_call(int Cin, int Cout, int Tin, int K, int stride, int pad, in
                         "taps over at least two strides; got K " + std::to_string(K) +
                         ", stride " + std::to_string(stride) + ", pad " + std::to_string(pad));
     }
-    return half_call(stride * half_rows_pitch(Cin), Cout, conv1d_polyphase_rows(Tin, stride),
+    return half_call(stride * half_rows_pitch(Cin), Cout,
+                     conv1d_strided_input_rows(Tin, stride) / stride,
                      conv1d_out_len(Tin, K, stride, pad, 1), poly.taps, poly.pad, 1, 1,
                      HalfOperands::kRounded, streams);
 }
@@ -2063,9 +2064,11 @@ void conv_transpose1d_half_rows(const __half* x, const __half* w, float w_scale,
         residual, scratch, stream, kernel, stats);
 }
 
-int conv1d_polyphase_rows(int Tin, int stride) { return (Tin + stride - 1) / stride; }
+int conv1d_strided_input_rows(int Tin, int stride) { return round_up(Tin, stride); }
 
-int conv1d_polyphase_taps(int K, int stride, int pad) { return Polyphase(K, stride, pad).taps; }
+int64_t conv_weight_polyphase_halves(int Cout, int K, int Cin, int stride, int pad) {
+    return int64_t(Cout) * Polyphase(K, stride, pad).taps * stride * half_rows_pitch(Cin);
+}
 
 int64_t conv1d_strided_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int stride,
                                                 int pad, int streams) {
@@ -2083,7 +2086,7 @@ void conv1d_strided_half_rows(__half* x, const __half* w, float w_scale, const f
                               double* stats, int streams) {
     const HalfCall call = strided_call(Cin, Cout, Tin, K, stride, pad, streams);
     if (call.empty()) return;
-    const int64_t rows = int64_t(call.args.Tin) * stride, ld = half_rows_pitch(Cin);
+    const int64_t rows = conv1d_strided_input_rows(Tin, stride), ld = half_rows_pitch(Cin);
     if (rows > Tin) {
         KOKORO_CUDA_CHECK(cudaMemsetAsync(x + Tin * ld, 0, sizeof(__half) * (rows - Tin) * ld,
                                           stream));
@@ -2095,7 +2098,7 @@ float conv_weight_to_polyphase_half_rows(const float* src, __half* dst, int Cout
                                          int stride, int pad) {
     const Polyphase poly(K, stride, pad);
     const int ld = half_rows_pitch(Cin), width = stride * ld;
-    std::vector<float> rows(size_t(Cout) * poly.taps * width, 0.f);
+    std::vector<float> rows(size_t(conv_weight_polyphase_halves(Cout, K, Cin, stride, pad)), 0.f);
     for (int64_t co = 0; co < Cout; ++co) {
         for (int k = 0; k < K; ++k) {
             const int m = Polyphase::floor_div(k - pad, stride), p = k - pad - m * stride;

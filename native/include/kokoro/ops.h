@@ -481,15 +481,14 @@ int conv_transpose1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, in
 // generator's strided noise convs, precision "fast"): the stride-1 conv of its
 // polyphase form. Input step s t - pad + k of tap k is s (t + m) + p (m =
 // floor((k - pad) / s), 0 <= p < s), i.e. row t + m of phase p, so with x's
-// half rows [s * conv1d_polyphase_rows(Tin, s), ld] (ld = half_rows_pitch(Cin);
-// the op zeroes the rows past Tin) read as conv1d_polyphase_rows(Tin, s) rows
-// of s * ld channels (phase-major), the conv is one conv1d_half_rows GEMM of
-// conv1d_polyphase_taps(K, s, pad) taps over them, no im2col. w as
+// half rows [conv1d_strided_input_rows(Tin, s), ld] (ld = half_rows_pitch(Cin);
+// the op zeroes the rows past Tin) read as 1 / s as many rows of s * ld
+// channels (phase-major), the conv is one conv1d_half_rows GEMM of its
+// polyphase taps over them, no im2col. w as
 // conv_weight_to_polyphase_half_rows stores it (rounded), with its w_scale;
 // y [Cout, conv1d_out_len(Tin, K, s, pad, 1)] fp32 (+ b + residual); scratch,
 // stats and streams as conv1d_half_rows's. Needs at least two polyphase taps.
-int conv1d_polyphase_rows(int Tin, int stride);
-int conv1d_polyphase_taps(int K, int stride, int pad);
+int conv1d_strided_input_rows(int Tin, int stride);  // Tin rounded up to the stride
 void conv1d_strided_half_rows(__half* x, const __half* w, float w_scale, const float* b, float* y,
                               int Cin, int Cout, int Tin, int K, int stride, int pad,
                               const float* residual, float* scratch, cudaStream_t stream,
@@ -501,9 +500,11 @@ int conv1d_strided_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int 
 // Host-side: a device-layout strided conv weight [Cout, K, Cin] (fp32) as
 // conv1d_strided_half_rows's FP16 [Cout, taps, s * ld] (rounded; tap j =
 // m + its left pad, phase p's channels at p * ld, zero where no tap lands),
-// scaled as conv_weight_to_half_rows; returns w_scale.
+// scaled as conv_weight_to_half_rows; returns w_scale. dst:
+// conv_weight_polyphase_halves(...) values.
 float conv_weight_to_polyphase_half_rows(const float* src, __half* dst, int Cout, int K, int Cin,
                                          int stride, int pad);
+int64_t conv_weight_polyphase_halves(int Cout, int K, int Cin, int stride, int pad);
 // ConvTranspose1d, depthwise (groups = C in and out: the AdainResBlk1d's
 // learned upsampler "pool"), written straight as the half rows of its
 // output for the tensor-core conv after it: rows [Tout, half_rows_pitch(C)]
