@@ -622,7 +622,7 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
     OptionalDevice dres(res_into_y ? OptionalFloat() : residual);
     const float* res_ptr = res_into_y ? y.get() : dres.get();
     if (const std::optional<HalfMath> hm = half_math(math)) {
-        require(stride == 1 && groups == 1 && K >= 2, "conv1d fp16: dense, stride 1, K >= 2 only");
+        require(stride == 1 && groups == 1, "conv1d fp16: dense, stride 1 only");
         HalfConv(x, w, pad, dilation, *hm)(db.get(), y.get(), res_ptr);
         return y.download({Cout, Tout});
     }
@@ -633,20 +633,17 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
     return y.download({Cout, Tout});
 }
 
-// ops::conv1x1_half_rows (the fast decoder's block shortcuts): x [Cin, T]
-// rounded into half rows, w [Cout, Cin, 1] as the engine uploads it; y [Cout,
-// T] as its FP16 values.
+// The fast decoder's block shortcuts (Context::conv1x1_half): x [Cin, T]
+// rounded into half rows, w [Cout, Cin, 1] as the engine uploads it, the
+// tensor-core conv at K = 1 into FP16 channels; y [Cout, T] as their values.
 py::array_t<float> conv1x1_half(const FloatArray& x, const FloatArray& w) {
     require_ndim(x, 2, "x");
     require_ndim(w, 3, "w");
     const int Cin = dim(x, 0), T = dim(x, 1), Cout = dim(w, 0);
     require(dim(w, 1) == Cin && dim(w, 2) == 1, "conv1x1_half: w must be [Cout, Cin, 1]");
-    const DeviceArray<__half> rows =
-        half_rows_input(x, ops::HalfOperands::kRounded, 1.f, ops::half_channels_pitch(T));
-    const HalfWeight hw = conv_weight_half(w, ops::HalfOperands::kRounded);
+    const HalfConv conv(x, w, 0, 1, {ops::HalfOperands::kRounded, ops::HalfKernel::kBest});
     auto y = DeviceArray<__half>::poisoned(ops::half_channels_values(Cout, T));
-    ops::conv1x1_half_rows(context().blas, rows.get(), hw.w.get(), hw.scale, y.get(), Cin, Cout, T,
-                           stream());
+    conv(nullptr, y.get(), nullptr);
     return download_half_channels(y, Cout, T);
 }
 
@@ -721,7 +718,6 @@ py::tuple conv1d_stats(const FloatArray& x, const FloatArray& w, const OptionalF
         return py::make_tuple(y.download({Cout, Tout}),
                               stats.download({Cout, parts, ops::kPartialDoubles}));
     }
-    require(K >= 2, "conv1d_stats: tensor-core convs need K >= 2");
     const int parts =
         ops::conv1d_half_rows_stats_parts(Cin, Cout, Tin, K, pad, dilation, hm->form);
     auto stats = DeviceArray<double>::poisoned(int64_t(Cout) * parts * ops::kPartialDoubles);
@@ -844,7 +840,6 @@ double conv1d_time_ms(const FloatArray& x, const FloatArray& w, const FloatArray
     DFloat db = DFloat::from(b);
     DFloat y = DFloat::poisoned(int64_t(Cout) * Tout);
     if (const std::optional<HalfMath> hm = half_math(math)) {
-        require(K >= 2, "conv1d_time_ms fp16: K >= 2 only");
         const HalfConv conv(x, w, pad, dilation, *hm);
         return time_ms([&] { conv(db.get(), y.get(), nullptr); }, repeats);
     }

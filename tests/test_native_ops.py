@@ -466,11 +466,11 @@ def test_conv1d(rng: np.random.Generator, case: tuple[int, ...]) -> None:
         check(f"conv1d + residual (in place {in_place}) {case}", got, want + f64(residual), tol)
 
 
-# Precision "fast": dense stride-1 convs with K >= 2 run the FP16 implicit-GEMM
-# tensor-core kernel on half rows (math="fp16": wgmma on Hopper builds with
-# sm_90a, else mma.sync; math="fp16_mma_sync" forces the latter, so a Hopper
-# run checks both kernels), 1x1 and strided ones cuBLAS
-# in TF32 (math="tf32", which the bindings also offer for K >= 2). (Cin, Cout,
+# Precision "fast": dense stride-1 convs run the FP16 implicit-GEMM tensor-core
+# kernel on half rows (math="fp16": wgmma on Hopper builds with sm_90a, else
+# mma.sync; math="fp16_mma_sync" forces the latter, so a Hopper run checks both
+# kernels; K = 1: the decoder's block shortcuts), strided ones cuBLAS in TF32
+# (math="tf32", which the bindings also offer for stride 1). (Cin, Cout,
 # Tin, K, pad, dilation): every K / dilation the model uses, T and channels
 # off the tile sizes, T = 1, Cin % 8 != 0 (padded half rows), lengths that
 # take the wide (128) and the narrow (64) time tile, and grids too small for
@@ -498,6 +498,9 @@ FAST_CONV1D_CASES = [
     (64, 48, 34001, 2, 1, 1),  # wide tiles, K = 2 (wgmma: no MMAs left in flight)
     (256, 256, 20011, 3, 1, 1),  # wide tiles, two Cout tiles
     (64, 40, 34001, 7, 90, 30),  # wide tiles, windows of 308 steps: two TMA boxes (wgmma)
+    (1090, 1024, 473, 1, 0, 1),  # pointwise (a third window): the decoder's shortcut, split
+    (64, 48, 34001, 1, 0, 1),  # pointwise on wide tiles (three weight stages: two blocks per SM)
+    (37, 29, 53, 1, 0, 1),  # pointwise on the narrow Cout tile
     (64, 136, 1500, 5, 200, 100),  # 64-step tiles, windows of 464 steps: two boxes
     (64, 136, 34001, 5, 200, 100),  # wide tiles, windows of 528 steps: three boxes
 ]
@@ -727,13 +730,14 @@ def test_conv1d_out_scale(rng: np.random.Generator, case: tuple[int, ...], math_
         (1090, 1024, 473, 3, 1, 1),
         (512, 512, 159, 3, 3, 3),
         (1090, 100, 33, 3, 1, 1),
+        (1090, 1024, 473, 1, 0, 1),
         (256, 256, 9460, 3, 1, 1),
     ],
     ids=lambda c: "x".join(map(str, c)),
 )
 def test_conv1d_shared_gpu_same_bits(rng: np.random.Generator, case: tuple[int, ...], math_name: str) -> None:
     """A conv called as a batch's lane calls it (the GPU shared with other lanes): a reduction
-    that the plan splits over blocks (the first three cases, 5 - 24 ways on an H200) runs inside
+    that the plan splits over blocks (the first four cases, 5 - 24 ways on an H200) runs inside
     one block per tile on Hopper, each split's sums added in split order, and the statistics
     partials are written as the split sum kernel writes them. y and the partials are bit-equal
     to the latency plan's (the last case splits nothing: the same path either way)."""
@@ -755,7 +759,12 @@ def test_conv1d_shared_gpu_same_bits(rng: np.random.Generator, case: tuple[int, 
 
 # FP16 outputs and residuals: wide tiles; narrow (64-step) tiles; a reduction split over blocks
 # (in one block per tile on a shared GPU).
-HALF_IO_CASES = [(128, 128, 34001, 7, 9, 3), (64, 128, 9460, 3, 1, 1), (1090, 100, 33, 3, 1, 1)]
+HALF_IO_CASES = [
+    (128, 128, 34001, 7, 9, 3),
+    (64, 128, 9460, 3, 1, 1),
+    (1090, 100, 33, 3, 1, 1),
+    (1090, 1024, 473, 1, 0, 1),
+]
 
 
 @pytest.mark.parametrize("shared_gpu", [False, True])
@@ -813,10 +822,10 @@ def test_conv1d_half_residual(
     assert not np.array_equal(got, conv(residual)[0])  # the residual's rounding is seen
 
 
-# The fast decoder's block shortcuts: a 1x1 conv as one FP16 GEMM on cuBLAS into FP16 channels.
+# The fast decoder's block shortcuts: a 1x1 conv on the tensor-core conv (K = 1) into FP16 channels.
 # (Cin, Cout, T): the decoder's shapes at an odd and an even frame count, a short input, Cin off a
 # multiple of 8 (padded half rows), T = 1.
-CONV1X1_HALF_CASES = [(1090, 1024, 473), (1090, 512, 946), (514, 1024, 92), (37, 40, 33), (64, 8, 1)]
+CONV1X1_HALF_CASES = [(1090, 1024, 473), (1090, 512, 946), (514, 1024, 92), (37, 40, 33), (64, 40, 1)]
 
 
 @pytest.mark.parametrize("case", CONV1X1_HALF_CASES, ids=lambda c: "x".join(map(str, c)))

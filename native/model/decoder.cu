@@ -6,9 +6,9 @@
 // alternating between the two buffers. A block's shortcut (nearest
 // upsampling, 1x1 conv: x alone) runs on a second stream beside its residual
 // path, whose last conv adds it and scales the sum by 1 / sqrt(2) in its
-// epilogue (no pass of its own). In precision "fast" the 1x1 conv is an FP16
-// GEMM into an FP16 shortcut (ops::conv1x1_half_rows), the last conv's
-// residual at FP16's precision, which its operands have already.
+// epilogue (no pass of its own). In precision "fast" the 1x1 conv runs on the
+// tensor-core conv into an FP16 shortcut (Context::conv1x1_half), the last
+// conv's residual at FP16's precision, which its operands have already.
 #include <cmath>
 
 #include "kokoro/check.h"

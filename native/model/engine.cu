@@ -727,13 +727,10 @@ const __half* Context::conv1x1_half(const std::string& prefix, const float* x, i
                                     int c_out, int t, const char* y_slot) const {
     const DeviceWeights::HalfConv w =
         weights.get_half(prefix + ".weight", int64_t(c_out) * ops::half_rows_pitch(c_in));
-    if (w.form != ops::HalfOperands::kRounded) {
-        throw std::logic_error("conv1x1_half " + prefix + ": needs a rounded FP16 weight");
-    }
-    __half* rows = half_rows(c_in, ops::half_channels_pitch(t), w.form);
+    __half* rows = half_rows(c_in, t, w.form);
     ops::to_half_rows(x, rows, c_in, t, w.form, stream);
     __half* y = halves(y_slot, ops::half_channels_values(c_out, t));
-    ops::conv1x1_half_rows(blas, rows, w.w, w.scale, y, c_in, c_out, t, stream);
+    conv1d_half_rows(w, rows, y, c_in, c_out, t, 1, 0, 1, nullptr, nullptr);
     return y;
 }
 

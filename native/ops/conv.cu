@@ -17,8 +17,9 @@
 // bound acc and win, which then stay in L2 across the taps. One epilogue
 // pass writes y = acc + bias + residual.
 //
-// Conv1d, dense, stride 1, K >= 2, on the tensor cores (conv1d_half_rows;
-// every dense conv with at least 32 input channels, in both precisions): one
+// Conv1d, dense, stride 1, on the tensor cores (conv1d_half_rows; every
+// dense conv with at least 32 input channels, in both precisions, and fast
+// precision's pointwise decoder shortcuts, K = 1): one
 // implicit-GEMM kernel, y[Cout, T] = W[Cout, K * Cin] @ X[K * Cin, T] with
 // X[(k, ci), t] = x[t + k * dil - pad, ci] never materialised. Operands are
 // FP16 with fp32 accumulation (mma.sync m16n8k16; wgmma on Hopper): FP16
@@ -35,7 +36,8 @@
 // (inner): per chunk the window of rows t0 - pad .. t0 - pad + kBN + dil (K
 // - 1) is copied to shared memory once and every tap reads its shifted
 // operand from it; the weight tile W[m0 : m0 + 128, k, ci0 : ci0 + 64]
-// streams per step. Three weight stages and two windows pipeline the copies
+// streams per step. Three weight stages and two windows (three at K = 1:
+// window_buffers) pipeline the copies
 // behind the MMAs (the wgmma conv1d's wide tile: four stages, each step's
 // MMAs left in flight over the next step's barrier and copies); every
 // ldmatrix is conflict-free (mma.sync's 144-byte rows; wgmma's 128-byte rows
@@ -76,13 +78,6 @@
 // (zeros where no tap lands) makes it one conv1d_half_rows GEMM over
 // ceil(Tin / s) rows: no im2col, the same kernel and epilogue (statistics
 // included); its MMAs include the zeros (432 reduction columns for 264).
-//
-// Conv1d, pointwise (K = 1, stride 1, no bias) with many input channels in
-// precision "fast" (the decoder's block shortcuts: conv1x1_half_rows): one
-// FP16 GEMM on cuBLAS over the half rows, into an FP16 channels-first y,
-// every pitch 16-byte aligned (fp32 [C, T] rows at a frame count's pitch sent
-// cuBLAS's TF32 GEMM to its unaligned kernels, ~30 TFLOP/s). No kernel of
-// its own: the implicit-GEMM kernel's windows and taps buy nothing at K = 1.
 //
 // Conv1d, pointwise (K = 1, stride 1) with few input channels (the last
 // noise conv, 22 -> 128 at the audio frame rate): one memory-bound pass in
@@ -601,49 +596,65 @@ __device__ void load_weights(__half* dst, const ConvArgs& a, const BlockRows<kPh
     }
 }
 
+// Window buffers of a block (reduction_pipeline): a chunk's window is issued
+// two steps ahead into the buffer of the chunk before it, but with one tap
+// (no halo) the step after next opens the chunk after next, whose window
+// would land in the buffer the current step reads: three buffers then.
+__host__ __device__ constexpr int window_buffers(int halo) { return halo == 0 ? 3 : 2; }
+
 // The reduction walk of one block: steps (chunk c, tap k), chunks outer,
 // taps inner, over this split's chunks (kInBlock: over all of them, the
 // splits kept apart by compute). cp.async group s holds step s's
 // weight tile (stage s % kDepth; the wgmma conv1d's comes by TMA on its own
-// barrier) and, when s opens a chunk, its window (buffer c % 2; the wgmma
-// kernels' by TMA):
-// issue(c, k, stage) issues them. compute(stage, buffer, k, c) runs
+// barrier) and, when s opens a chunk, its window (the chunks' windows take
+// the window_buffers in turn; the wgmma kernels' by TMA):
+// issue(c, k, stage, buffer) issues them. compute(stage, buffer, k, c) runs
 // step s once group s has landed for every thread; the barrier before it
-// also frees stage (s + 2) % kDepth and window (c + 1) % 2, which step s + 2
-// then refills: with three stages their last readers are steps <= s - 1,
-// whose MMAs compute has waited for; with four, steps <= s - 2, whose MMAs
-// compute may leave in flight for one step (for the window, K >= 3). Steps 0
-// and 1 are issued up front (K >= 2: step 1 never opens a chunk).
+// also frees stage (s + 2) % kDepth and the window buffer of the chunk step
+// s + 2 opens, if it opens one: with three stages their last readers are
+// steps <= s - 1, whose MMAs compute has waited for; with four, steps <= s -
+// 2, whose MMAs compute may leave in flight for one step (for the window,
+// K >= 3). Steps 0 and 1 are issued up front.
 // kAsyncProxy: compute reads shared memory through the async proxy (wgmma),
-// which must be fenced against the copies.
-template <bool kAsyncProxy, bool kInBlock = false, int kDepth = kStages, class Issue,
-          class Compute>
+// which must be fenced against the copies. kOneTap: the conv may have one
+// tap (a conv1d's kernel; a transposed conv or a raw input has two or more,
+// so two windows, chosen by the chunk's parity: no registers for more).
+template <bool kAsyncProxy, bool kInBlock = false, int kDepth = kStages, bool kOneTap = false,
+          class Issue, class Compute>
 __device__ void reduction_pipeline(const ConvArgs& a, Issue issue, Compute compute) {
     const int all = reduction_chunks(a.ld, a.x_lo != nullptr);
     const int c_first = kInBlock ? 0 : int(blockIdx.z) * a.chunks_per_split;
     const int chunks = kInBlock ? all : min(all, c_first + a.chunks_per_split) - c_first;
     const int steps = chunks * a.K;
-    issue(c_first, 0, 0);
+    [[maybe_unused]] const int windows = window_buffers(a.dilation * (a.K - 1));
+    struct Step {
+        int c, k;
+        int window;  // kOneTap: the chunk's window buffer
+        __device__ int buffer() const { return kOneTap ? window : c % 2; }
+    };
+    const auto advance = [&](Step& step) {
+        if (++step.k == a.K) {
+            step.k = 0;
+            ++step.c;
+            if constexpr (kOneTap) step.window = step.window + 1 == windows ? 0 : step.window + 1;
+        }
+    };
+    Step next{c_first, 0, 0};  // the step issued last
+    issue(next.c, next.k, 0, next.buffer());
     cp_async_commit();
-    issue(c_first, 1, 1);
+    advance(next);
+    if (steps > 1) issue(next.c, next.k, 1, next.buffer());
     cp_async_commit();
-    int next_c = c_first, next_k = 1;  // the step issued last
-    int c = c_first, k = 0;            // the step computed
+    Step now{c_first, 0, 0};  // the step computed
     for (int s = 0; s < steps; ++s) {
         cp_async_wait<1>();
         if (kAsyncProxy) fence_async_proxy();
         __syncthreads();
-        if (++next_k == a.K) {
-            next_k = 0;
-            ++next_c;
-        }
-        if (s + 2 < steps) issue(next_c, next_k, (s + 2) % kDepth);
+        advance(next);
+        if (s + 2 < steps) issue(next.c, next.k, (s + 2) % kDepth, next.buffer());
         cp_async_commit();
-        compute(s % kDepth, c % 2, k, c);
-        if (++k == a.K) {
-            k = 0;
-            ++c;
-        }
+        compute(s % kDepth, now.buffer(), now.k, now.c);
+        advance(now);
     }
 }
 
@@ -936,7 +947,8 @@ template <int kTile>
 size_t mma_sync_smem_bytes(int halo) {
     return std::max(staged_tile_bytes<kTile>(),
                     sizeof(__half) * kPitch *
-                        (size_t(kStages) * kCoutTile + size_t(2) * (kTile + halo)));
+                        (size_t(kStages) * kCoutTile +
+                         size_t(window_buffers(halo)) * (kTile + halo)));
 }
 
 template <int kTile, bool kPhases, bool kHalfOut = false>
@@ -959,13 +971,13 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
     const int b_off = (wn + lane % 8 + lane / 16 * 8) * kPitch + lane / 8 % 2 * 8;
 
     float acc[kMTiles][kNTiles][4] = {};
-    reduction_pipeline<false>(
+    reduction_pipeline<false, false, kStages, !kPhases>(
         a,
-        [&](int c, int k, int stage) {
+        [&](int c, int k, int stage, int buffer) {
             load_weights<kMmaThreads, false>(w_smem + stage * kCoutTile * kPitch, a, block_rows,
                                              k, c);
             if (k == 0) {
-                load_window<kMmaThreads>(win_smem + (c % 2) * rows * kPitch, a, t0 - a.pad, rows,
+                load_window<kMmaThreads>(win_smem + buffer * rows * kPitch, a, t0 - a.pad, rows,
                                          c);
             }
         },
@@ -1071,7 +1083,7 @@ size_t wgmma_smem_bytes(int halo, int ld) {
     const int rows = 64 * kGroups + halo;
     const WindowBoxes boxes(rows);
     const size_t windows = kRawX ? size_t(boxes.halves()) + size_t(raw_staging_halves(rows))
-                                 : size_t(2) * boxes.halves();
+                                 : size_t(window_buffers(halo)) * boxes.halves();
     const size_t applies = kRawX ? sizeof(ChannelApply) * size_t(ld) : 0;
     return std::max(staged_tile_bytes<64 * kGroups, kN>(),
                     kSwizzleAlign + applies +
@@ -1198,14 +1210,14 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
     static_assert(!kInFlight || (kGroups == 2 && !kPhases && kN == kCoutTile),
                   "MMAs in flight: a conv1d's wide tile of two warpgroups");
     __shared__ uint64_t weights_landed[kDepth];
-    __shared__ uint64_t window_landed[2];  // kRawX: [0] the staging buffer's
+    __shared__ uint64_t window_landed[window_buffers(0)];  // kRawX: [0] the staging buffer's
     uint32_t parities = 0;         // bit s: the parity of stage s's next phase
     uint32_t window_parities = 0;  // bit b: the same for window buffer b
     if (threadIdx.x == 0) {
         if constexpr (!kPhases) {
             for (int s = 0; s < kDepth; ++s) mbarrier_init(&weights_landed[s], 1);
         }
-        for (int b = 0; b < 2; ++b) mbarrier_init(&window_landed[b], 1);
+        for (int b = 0; b < window_buffers(0); ++b) mbarrier_init(&window_landed[b], 1);
         fence_mbarrier_init();
     }
     __syncthreads();
@@ -1253,9 +1265,9 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
         auto* to = reinterpret_cast<float4*>(applies);
         for (int i = int(threadIdx.x); i < a.ld * kVecs; i += kThreads) to[i] = from[i];
     }
-    reduction_pipeline<true, kInBlock, kDepth>(
+    reduction_pipeline<true, kInBlock, kDepth, !kPhases && !kRawX>(
         a,
-        [&](int c, int k, int stage) {
+        [&](int c, int k, int stage, int buffer) {
             __half* const w_stage = w_smem + stage * kWeightStageHalves<kN>;
             const int ci0 = Chunk(a, c).ci0;  // (thread 0's copies)
             if constexpr (kPhases) {
@@ -1270,11 +1282,11 @@ __global__ void __launch_bounds__(kGroups * kWgmmaThreadsPerGroup,
             if (!kRawX && k == 0 && threadIdx.x == 0) {
                 // Chunk c's input part (split: hi, hi, lo) and channels.
                 const int part = a.x_lo != nullptr && c % 3 == 2 ? 1 : 0;
-                __half* const window = win_smem + (c % 2) * boxes.halves();
-                mbarrier_arrive_expect_tx(&window_landed[c % 2],
+                __half* const window = win_smem + buffer * boxes.halves();
+                mbarrier_arrive_expect_tx(&window_landed[buffer],
                                           boxes.copies * boxes.rows * kBK * sizeof(__half));
                 for (int i = 0; i < boxes.copies; ++i) {
-                    tma_load_3d(window + i * boxes.rows * kBK, x_map, &window_landed[c % 2], ci0,
+                    tma_load_3d(window + i * boxes.rows * kBK, x_map, &window_landed[buffer], ci0,
                                 t0 - a.pad + i * boxes.rows, part);
                 }
             }
@@ -1610,24 +1622,22 @@ void launch_mapped(const Gpu& gpu, const Plan& p, HalfKernel which, const ConvAr
                 }
             }
             if (p.tile == 128) {
-                // A conv1d's wide tile keeps its MMAs in flight; with a raw
-                // input, where two blocks per SM still fit (its staging buffer
-                // beside the fourth weight stage: not at the k11 d5 halo).
-                constexpr bool kWide = !kPhases && kN == kCoutTile;
-                if constexpr (kWide) {
+                // A conv1d's wide tile keeps its MMAs in flight where two
+                // blocks per SM still fit its fourth weight stage (not beside
+                // a raw input's staging buffer at the k11 d5 halo, nor beside
+                // a one-tap conv's third window).
+                if constexpr (!kPhases && kN == kCoutTile) {
                     const size_t smem = wgmma_smem_bytes<2, kN, kRawX, kInFlightStages>(halo, a.ld);
-                    if (!kRawX || two_blocks_fit(gpu, smem)) {
+                    if (two_blocks_fit(gpu, smem)) {
                         return launch(conv1d_wgmma_kernel<2, false, kN, false, kHalfOut, kRawX,
                                                           kInFlightStages>,
                                       "conv1d_wgmma_kernel", smem, 2 * kWgmmaThreadsPerGroup, gpu,
                                       p, a, stream, w_map, x_map, x_apply);
                     }
                 }
-                if constexpr (!kWide || kRawX) {
-                    launch(conv1d_wgmma_kernel<2, kPhases, kN, false, kHalfOut, kRawX>,
-                           "conv1d_wgmma_kernel", wgmma_smem_bytes<2, kN, kRawX>(halo, a.ld),
-                           2 * kWgmmaThreadsPerGroup, gpu, p, a, stream, w_map, x_map, x_apply);
-                }
+                launch(conv1d_wgmma_kernel<2, kPhases, kN, false, kHalfOut, kRawX>,
+                       "conv1d_wgmma_kernel", wgmma_smem_bytes<2, kN, kRawX>(halo, a.ld),
+                       2 * kWgmmaThreadsPerGroup, gpu, p, a, stream, w_map, x_map, x_apply);
             } else {
                 launch(conv1d_wgmma_kernel<1, kPhases, kN, false, kHalfOut, kRawX>,
                        "conv1d_wgmma_kernel", wgmma_smem_bytes<1, kN, kRawX>(halo, a.ld),
@@ -1845,7 +1855,7 @@ HalfCall half_call(int Cin, int Cout, int Tin, int Tout, int K, int pad, int dil
 
 HalfCall conv1d_call(int Cin, int Cout, int Tin, int K, int pad, int dilation, HalfOperands form,
                      int streams) {
-    if (K < 2) throw CudaError("conv1d_half_rows: needs K >= 2, got " + std::to_string(K));
+    if (K < 1) throw CudaError("conv1d_half_rows: needs K >= 1, got " + std::to_string(K));
     return half_call(Cin, Cout, Tin, conv1d_out_len(Tin, K, 1, pad, dilation), K, pad, dilation,
                      1, form, streams);
 }
@@ -1914,7 +1924,8 @@ bool takes_raw_input(const HalfCall& c, HalfKernel kernel) {
     // One Cout tile: every tile of a time range transforms its windows anew
     // (with two, twice the pass's work: slower than the pass, measured).
     return !c.empty() && kernel == HalfKernel::kBest && c.gpu.wgmma && !c.split &&
-           !igemm::has_phases(a) && c.plan.splits == 1 && a.Cout > igemm::kNarrowCoutTile &&
+           !igemm::has_phases(a) && a.K >= 2 && c.plan.splits == 1 &&
+           a.Cout > igemm::kNarrowCoutTile &&
            igemm::row_tiles(a) == 1 && a.ld % igemm::kBK == 0 &&
            igemm::raw_box_rows(window_rows) <= 256 &&
            smem + igemm::kStaticShareBound <= size_t(c.gpu.smem_optin);
@@ -2013,23 +2024,6 @@ void conv1d_half_rows(HalfInput x, const __half* w, float w_scale, const float* 
     HalfCall call = conv1d_call(Cin, Cout, Tin, K, pad, dilation, form, streams);
     call.args.out_scale = out_scale;
     run(call, x, w, w_scale, b, y, residual, scratch, stream, kernel, stats);
-}
-
-void conv1x1_half_rows(cublasHandle_t handle, __half* x, const __half* w, float w_scale,
-                       __half* y, int Cin, int Cout, int T, cudaStream_t stream) {
-    if (Cout == 0 || T == 0) return;
-    // y [Cout, pitch] = w [Cout, ld] @ (x [pitch, ld])^T, padded both ways
-    // (pitch = half_channels_pitch(T), ld = half_rows_pitch(Cin); the pad
-    // rows of x zeroed here, its pad columns and w's are zero): cuBLAS's
-    // aligned kernels need every extent along a contiguous axis a multiple
-    // of 8 too (T = 473, Cin = 1090 took a 32 x 32 wmma kernel, slower than
-    // TF32's unaligned one).
-    const int ld = half_rows_pitch(Cin), pitch = half_channels_pitch(T);
-    if (pitch > T) {
-        KOKORO_CUDA_CHECK(cudaMemsetAsync(x + int64_t(T) * ld, 0,
-                                          sizeof(__half) * size_t(pitch - T) * ld, stream));
-    }
-    matmul_half(handle, false, true, Cout, pitch, ld, w, ld, x, ld, w_scale, y, pitch, stream);
 }
 
 float conv_transpose_weight_to_half_rows(const float* src, __half* dst, int Cin, int K, int Cout,

@@ -7,9 +7,7 @@
 // broadcast add along rows). GemmMath::kFp32 is cublasSgemm (the handle's
 // default math, no TF32); kTf32 is cublasGemmEx with
 // CUBLAS_COMPUTE_32F_FAST_TF32 on the same fp32 buffers (tensor cores, fp32
-// accumulation). matmul_half is cublasGemmEx on FP16 buffers (fp32
-// accumulation, FP16 out): the tensor-core convs' FP16 operands where a conv
-// is one plain GEMM (conv1x1_half_rows).
+// accumulation).
 // linear_split_half is fast precision's float32-level GEMM on the tensor
 // cores (ops.h says why its accumulation is its own): both operands split
 // into FP16 hi + lo parts, the weight once at upload (host), x per call by
@@ -643,17 +641,6 @@ void matmul(cublasHandle_t handle, bool trans_a, bool trans_b, int M, int N, int
                                          A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc,
                                          CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
     }
-}
-
-void matmul_half(cublasHandle_t handle, bool trans_a, bool trans_b, int M, int N, int K,
-                 const __half* A, int lda, const __half* B, int ldb, float alpha, __half* C,
-                 int ldc, cudaStream_t stream) {
-    const float beta = 0.f;
-    bind_stream(handle, stream);
-    KOKORO_CUBLAS_CHECK(cublasGemmEx(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                     trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
-                                     CUDA_R_16F, ldb, A, CUDA_R_16F, lda, &beta, C, CUDA_R_16F,
-                                     ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void matmul_batched(cublasHandle_t handle, bool trans_a, bool trans_b, int M, int N, int K,

@@ -119,7 +119,7 @@ public:
     // weights [c_in, c_out, K] are kept as conv_transpose_weight_to_half_rows
     // stores them.
     static bool half_transposed(const std::string& name);
-    // The pointwise convs kept as FP16 too (ops::conv1x1_half_rows): the
+    // The pointwise convs kept as FP16 too (Context::conv1x1_half): the
     // block shortcuts "conv1x1" of the decoder and of the N stack in rounded
     // form (precision "fast"; the F0 stack's stays fp32, as its other
     // weights stay split).
@@ -441,7 +441,7 @@ struct Context {
                      const float* x, float* y, int c, int c_out, int t_in) const;
     // The pointwise conv `prefix` (no bias) of x [c_in, t] on its FP16 weight
     // (DeviceWeights::half_pointwise): y [c_out, t] FP16 channels-first in the
-    // workspace slot `y_slot` (ops::conv1x1_half_rows).
+    // workspace slot `y_slot`, on the tensor-core conv (K = 1).
     const __half* conv1x1_half(const std::string& prefix, const float* x, int c_in, int c_out,
                                int t, const char* y_slot) const;
     // x itself for leaky_slope 1, else LeakyReLU(leaky_slope) of its n values

@@ -49,12 +49,6 @@ enum class GemmMath { kFp32 = 0, kTf32 = 1 };
 void matmul(cublasHandle_t handle, bool trans_a, bool trans_b, int M, int N, int K, const float* A,
             int lda, const float* B, int ldb, float beta, float* C, int ldc, cudaStream_t stream,
             GemmMath math = GemmMath::kFp32);
-// The same GEMM on FP16 tensor cores (cublasGemmEx): A, B and C FP16, C =
-// alpha * op(A) @ op(B) from fp32 sums, rounded once (beta 0). Pitches and
-// bases 16-byte aligned, or cuBLAS falls back to its unaligned kernels.
-void matmul_half(cublasHandle_t handle, bool trans_a, bool trans_b, int M, int N, int K,
-                 const __half* A, int lda, const __half* B, int ldb, float alpha, __half* C,
-                 int ldc, cudaStream_t stream);
 // `batch` independent row-major GEMMs as one cublasSgemmStridedBatched, plain
 // fp32: C_b = op(A_b) @ op(B_b) + beta * C_b with A_b = A + b * stride_a (B_b,
 // C_b alike; strides in elements), each as in matmul.
@@ -380,7 +374,7 @@ struct HalfInput {
     HalfInput(const __half* rows) : x(rows) {}  // NOLINT(google-explicit-constructor)
     HalfInput(const __half* raw, const ChannelApply* applied) : x(raw), apply(applied) {}
 };
-// Conv1d, dense, stride 1, K >= 2, on the tensor cores: x half rows [Tin,
+// Conv1d, dense, stride 1, K >= 1, on the tensor cores: x half rows [Tin,
 // ld] (ld = half_rows_pitch(Cin)) or a raw input (HalfInput), w FP16 [Cout,
 // K, ld] as conv_weight_to_half_rows stores it, with its w_scale; both
 // operands in `form`; fp32 accumulation; b, residual and y as conv1d, but
@@ -413,18 +407,6 @@ int64_t conv1d_half_rows_scratch_floats(int Cin, int Cout, int Tin, int K, int p
 // sums) one per 256 steps, written by the kernel that adds the splits.
 int conv1d_half_rows_stats_parts(int Cin, int Cout, int Tin, int K, int pad, int dilation,
                                  HalfOperands form, int streams = 1);
-// Conv1d, pointwise (K = 1, stride 1, no bias), dense, on FP16 tensor cores
-// through one cuBLAS GEMM: x half rows [T, ld] (to_half_rows, rounded) in a
-// buffer of half_channels_pitch(T) rows (the op zeroes the rows past T), w
-// FP16 [Cout, 1, ld] as conv_weight_to_half_rows stores it (rounded), with
-// its w_scale; y = w_scale * (w @ x) as an FP16 channels-first tensor [Cout,
-// T] (rows at half_channels_pitch(T), pad columns zero): fp32 sums, rounded
-// once. Every extent and pitch is a multiple of 8 values, where an fp32 [C,
-// T] tensor's row pitch is a frame count (cuBLAS's unaligned kernels). The
-// decoder's block shortcuts in precision "fast" (decoder.cu), read as their
-// last conv's FP16 residual.
-void conv1x1_half_rows(cublasHandle_t handle, __half* x, const __half* w, float w_scale,
-                       __half* y, int Cin, int Cout, int T, cudaStream_t stream);
 // Host-side: a device-layout conv weight [A, K, B] (fp32) as the tensor-core
 // conv's FP16 [A, K, ld] (ld = half_rows_pitch(B), pad columns zero; kSplit:
 // hi, then lo), stored times a power of two that brings max |w| into [2^13,
