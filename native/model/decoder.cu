@@ -30,7 +30,7 @@ void adain_res_blk1d(const Context& ctx, const Context& lane, const std::string&
     // Shortcut: [nearest x2] -> [1x1 conv when the channel count changes], on
     // the lane: it needs x alone, so it runs beside the residual path. The
     // two commute (an upsampled column is a copy), so an fp32 1x1 conv runs
-    // first, on half the columns; the FP16 GEMM's output is FP16, so it
+    // first, on half the columns; the tensor-core conv's output is FP16, so it
     // runs on the upsampled x.
     const bool apart = &lane != &ctx && (upsample || c_in != c_out);
     if (apart) lane.wait_for(ctx);  // x

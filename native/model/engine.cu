@@ -595,15 +595,12 @@ ops::ChannelPartials Context::conv1d(const std::string& prefix, ops::ScaledSum x
             ops::conv_weight_polyphase_halves(c_out, kernel, c_in, stride, pad));
         __half* rows = half_rows(c_in, ops::conv1d_strided_input_rows(t_in, stride), w.form);
         ops::to_half_rows(x, rows, c_in, t_in, w.form, stream, leaky_slope);
-        const int64_t scratch_floats = ops::conv1d_strided_half_rows_scratch_floats(
-            c_in, c_out, t_in, kernel, stride, pad, conv_streams);
-        float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
-        ops::ChannelPartials y_stats{};
-        if (y_stats_slot != nullptr) {
-            y_stats.parts = ops::conv1d_strided_half_rows_stats_parts(c_in, c_out, t_in, kernel,
-                                                                     stride, pad, conv_streams);
-            y_stats.data = conv_stats(y_stats_slot, c_out, y_stats.parts);
-        }
+        float* scratch = op_scratch(ops::conv1d_strided_half_rows_scratch_floats(
+            c_in, c_out, t_in, kernel, stride, pad, conv_streams));
+        const ops::ChannelPartials y_stats =
+            conv_stats(y_stats_slot, c_out,
+                       ops::conv1d_strided_half_rows_stats_parts(c_in, c_out, t_in, kernel,
+                                                                 stride, pad, conv_streams));
         ops::conv1d_strided_half_rows(rows, w.w, w.scale, b, y, c_in, c_out, t_in, kernel, stride,
                                       pad, residual, scratch, stream, y_stats.data, conv_streams);
         return y_stats;
@@ -618,14 +615,11 @@ ops::ChannelPartials Context::conv1d(const std::string& prefix, ops::ScaledSum x
     }
     const float* w = weights.get(prefix + ".weight", numel);
     const float* activated = leaky_relu_of(single(x, prefix), int64_t(c_in) * t_in, leaky_slope);
-    const int64_t scratch_floats =
-        ops::conv1d_scratch_floats(c_in, c_out, t_in, kernel, stride, pad, dilation, groups);
-    float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
-    ops::ChannelPartials y_stats{};
-    if (y_stats_slot != nullptr) {
-        y_stats.parts = ops::conv1d_stats_parts(c_in, c_out, t_in, kernel, stride, pad, groups);
-        y_stats.data = conv_stats(y_stats_slot, c_out, y_stats.parts);
-    }
+    float* scratch = op_scratch(
+        ops::conv1d_scratch_floats(c_in, c_out, t_in, kernel, stride, pad, dilation, groups));
+    const ops::ChannelPartials y_stats =
+        conv_stats(y_stats_slot, c_out,
+                   ops::conv1d_stats_parts(c_in, c_out, t_in, kernel, stride, pad, groups));
     ops::conv1d(blas, activated, w, b, y, c_in, c_out, t_in, kernel, stride, pad, dilation,
                 groups, residual, scratch, stream, gemm_math(), y_stats.data);
     return y_stats;
@@ -683,15 +677,12 @@ ops::ChannelPartials Context::conv1d_half_rows(const DeviceWeights::HalfConv& w,
                                                int dilation, const float* b,
                                                ops::ConstFloatOrHalf residual,
                                                const char* y_stats_slot, float out_scale) const {
-    const int64_t scratch_floats = ops::conv1d_half_rows_scratch_floats(
-        c_in, c_out, t_in, kernel, pad, dilation, w.form, conv_streams);
-    float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
-    ops::ChannelPartials y_stats{};
-    if (y_stats_slot != nullptr) {
-        y_stats.parts = ops::conv1d_half_rows_stats_parts(c_in, c_out, t_in, kernel, pad, dilation,
-                                                          w.form, conv_streams);
-        y_stats.data = conv_stats(y_stats_slot, c_out, y_stats.parts);
-    }
+    float* scratch = op_scratch(ops::conv1d_half_rows_scratch_floats(
+        c_in, c_out, t_in, kernel, pad, dilation, w.form, conv_streams));
+    const ops::ChannelPartials y_stats =
+        conv_stats(y_stats_slot, c_out,
+                   ops::conv1d_half_rows_stats_parts(c_in, c_out, t_in, kernel, pad, dilation,
+                                                     w.form, conv_streams));
     ops::conv1d_half_rows(x, w.w, w.scale, b, y, c_in, c_out, t_in, kernel, pad, dilation,
                           residual, w.form, scratch, stream, ops::HalfKernel::kBest,
                           y_stats.data, conv_streams, out_scale);
@@ -747,15 +738,12 @@ ops::ChannelPartials Context::conv_transpose1d(const std::string& prefix, ops::S
             weights.get_half(weight, int64_t(kernel) * c_out * ops::half_rows_pitch(c_in));
         __half* rows = half_rows(c_in, t_in, w.form);
         ops::to_half_rows(x, rows, c_in, t_in, w.form, stream, leaky_slope);
-        const int64_t scratch_floats = ops::conv_transpose1d_half_rows_scratch_floats(
-            c_in, c_out, t_in, kernel, stride, pad, w.form);
-        float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
-        ops::ChannelPartials y_stats{};
-        if (y_stats_slot != nullptr) {
-            y_stats.parts = ops::conv_transpose1d_half_rows_stats_parts(
-                c_in, c_out, t_in, kernel, stride, pad, reflect_left, w.form);
-            y_stats.data = conv_stats(y_stats_slot, c_out, y_stats.parts);
-        }
+        float* scratch = op_scratch(ops::conv_transpose1d_half_rows_scratch_floats(
+            c_in, c_out, t_in, kernel, stride, pad, w.form));
+        const ops::ChannelPartials y_stats =
+            conv_stats(y_stats_slot, c_out,
+                       ops::conv_transpose1d_half_rows_stats_parts(
+                           c_in, c_out, t_in, kernel, stride, pad, reflect_left, w.form));
         ops::conv_transpose1d_half_rows(rows, w.w, w.scale, b, y, c_in, c_out, t_in, kernel, stride,
                                         pad, reflect_left, residual, w.form, scratch, stream,
                                         ops::HalfKernel::kBest, y_stats.data);
@@ -766,9 +754,8 @@ ops::ChannelPartials Context::conv_transpose1d(const std::string& prefix, ops::S
         throw std::logic_error("conv_transpose1d " + prefix +
                                ": a pad, residual or FP16 output needs its tensor-core weight");
     }
-    const int64_t scratch_floats =
-        ops::conv_transpose1d_scratch_floats(c_in, c_out, t_in, kernel, groups);
-    float* scratch = scratch_floats > 0 ? floats("ops.scratch", scratch_floats) : nullptr;
+    float* scratch =
+        op_scratch(ops::conv_transpose1d_scratch_floats(c_in, c_out, t_in, kernel, groups));
     const float* activated = leaky_relu_of(single(x, prefix), int64_t(c_in) * t_in, leaky_slope);
     ops::conv_transpose1d(blas, activated, w, b, y.f32, c_in, c_out, t_in, kernel, stride, pad,
                           output_padding, groups, scratch, stream, gemm_math());
@@ -782,10 +769,11 @@ const float* Context::leaky_relu_of(const float* x, int64_t n, float leaky_slope
     return activated;
 }
 
-double* Context::conv_stats(const char* slot, int c, int parts) const {
-    if (parts == 0) return nullptr;
-    return ws.doubles(std::string("ops.conv_stats.") + slot + tag,
-                      int64_t(c) * parts * ops::kPartialDoubles);
+ops::ChannelPartials Context::conv_stats(const char* slot, int c, int parts) const {
+    if (slot == nullptr || parts == 0) return {};
+    return {ws.doubles(std::string("ops.conv_stats.") + slot + tag,
+                       int64_t(c) * parts * ops::kPartialDoubles),
+            parts};
 }
 
 void Context::linear(const std::string& prefix, const float* x, float* y, int rows, int in, int out,

@@ -447,9 +447,12 @@ struct Context {
     // x itself for leaky_slope 1, else LeakyReLU(leaky_slope) of its n values
     // (workspace slot "ops.activated").
     const float* leaky_relu_of(const float* x, int64_t n, float leaky_slope) const;
-    // The workspace slot for a conv's output statistics partials (named by
-    // y_stats_slot), c channels of `parts`; null for parts 0.
-    double* conv_stats(const char* slot, int c, int parts) const;
+    // A conv's output statistics partials in the workspace slot named by
+    // `slot`, c channels of `parts` (what the conv's *_stats_parts says); none
+    // for a null slot or parts 0.
+    ops::ChannelPartials conv_stats(const char* slot, int c, int parts) const;
+    // An op's scratch of n floats (workspace slot "ops.scratch"); null for 0.
+    float* op_scratch(int64_t n) const { return n > 0 ? floats("ops.scratch", n) : nullptr; }
     // Workspace half rows for [c, t] in `form`.
     __half* half_rows(int c, int t, ops::HalfOperands form) const {
         return halves("ops.half_rows", int64_t(ops::half_parts(form)) * t * ops::half_rows_pitch(c));
