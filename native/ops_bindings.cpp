@@ -633,9 +633,10 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
     return y.download({Cout, Tout});
 }
 
-// The fast decoder's block shortcuts (Context::conv1x1_half): x [Cin, T]
-// rounded into half rows, w [Cout, Cin, 1] as the engine uploads it, the
-// tensor-core conv at K = 1 into FP16 channels; y [Cout, T] as their values.
+// Fast precision's 1x1 block shortcuts of the decoder and the N stack
+// (Context::conv1x1_half): x [Cin, T] rounded into half rows, w [Cout, Cin,
+// 1] as the engine uploads it, the tensor-core conv at K = 1 into FP16
+// channels; y [Cout, T] as their values.
 py::array_t<float> conv1x1_half(const FloatArray& x, const FloatArray& w) {
     require_ndim(x, 2, "x");
     require_ndim(w, 3, "w");

@@ -469,7 +469,7 @@ def test_conv1d(rng: np.random.Generator, case: tuple[int, ...]) -> None:
 # Precision "fast": dense stride-1 convs run the FP16 implicit-GEMM tensor-core
 # kernel on half rows (math="fp16": wgmma on Hopper builds with sm_90a, else
 # mma.sync; math="fp16_mma_sync" forces the latter, so a Hopper run checks both
-# kernels; K = 1: the decoder's block shortcuts), strided ones cuBLAS in TF32
+# kernels; K = 1: the decoder's and N stack's shortcuts), strided ones cuBLAS in TF32
 # (math="tf32", which the bindings also offer for stride 1). (Cin, Cout,
 # Tin, K, pad, dilation): every K / dilation the model uses, T and channels
 # off the tile sizes, T = 1, Cin % 8 != 0 (padded half rows), lengths that

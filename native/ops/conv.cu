@@ -19,7 +19,7 @@
 //
 // Conv1d, dense, stride 1, on the tensor cores (conv1d_half_rows; every
 // dense conv with at least 32 input channels, in both precisions, and fast
-// precision's pointwise decoder shortcuts, K = 1): one
+// precision's 1x1 block shortcuts of the decoder and the N stack, K = 1): one
 // implicit-GEMM kernel, y[Cout, T] = W[Cout, K * Cin] @ X[K * Cin, T] with
 // X[(k, ci), t] = x[t + k * dil - pad, ci] never materialised. Operands are
 // FP16 with fp32 accumulation (mma.sync m16n8k16; wgmma on Hopper): FP16
