@@ -960,6 +960,30 @@ py::array_t<float> lstm_bidirectional(const FloatArray& x, const FloatArray& w_i
     return out.download({T, 2 * H});
 }
 
+// The recurrence alone on gx [rows, 8H], its rows `lengths` sequences
+// stacked; shared_gpu: called as a lane of a batch calls it.
+py::array_t<float> lstm_recurrence(const FloatArray& gx, const FloatArray& w_hh,
+                                   const std::vector<int>& lengths, int max_cluster_blocks,
+                                   bool shared_gpu) {
+    const SharedGpu shared(shared_gpu);
+    require_ndim(gx, 2, "gx");
+    require_ndim(w_hh, 3, "w_hh");
+    const int rows = dim(gx, 0), H = dim(w_hh, 2);
+    require(dim(gx, 1) == 8 * H && int(w_hh.size()) == 8 * H * H,
+            "lstm_recurrence: gx must be [rows, 8H] and w_hh [2, 4H, H]");
+    int64_t total = 0;
+    for (const int T : lengths) {
+        require(T >= 0, "lstm_recurrence: lengths must not be negative");
+        total += T;
+    }
+    require(total == rows, "lstm_recurrence: the lengths must add up to gx's rows");
+    DFloat dgx = DFloat::from(gx), dwh = DFloat::from(w_hh);
+    DFloat out = DFloat::poisoned(int64_t(rows) * 2 * H);
+    ops::lstm_recurrence(dgx.get(), dwh.get(), out.get(), lengths, H, stream(),
+                         max_cluster_blocks);
+    return out.download({rows, 2 * H});
+}
+
 // packed: q, k, v go to the device as the column blocks of one [T, 3 * width]
 // matrix (the engine's fused QKV projection), read at row pitch 3 * width.
 // split: ops::attention_split_half on that packed matrix (with `bias`
@@ -1102,6 +1126,8 @@ void register_ops(py::module_& m) {
           "half_out"_a = false);
     o.def("lstm_bidirectional", &lstm_bidirectional, "x"_a, "w_ih"_a, "w_hh"_a, "b"_a,
           "max_cluster_blocks"_a = 16);
+    o.def("lstm_recurrence", &lstm_recurrence, "gx"_a, "w_hh"_a, "lengths"_a,
+          "max_cluster_blocks"_a = 16, "shared_gpu"_a = false);
     o.def("attention", &attention, "q"_a, "k"_a, "v"_a, "heads"_a, "valid_len"_a,
           "packed"_a = false, "split"_a = false, "bias"_a = py::none(), "mma_sync"_a = false);
     o.def("stft_mag_phase", &stft_mag_phase, "x"_a, "n_fft"_a = 20, "hop"_a = 5);

@@ -394,12 +394,15 @@ def test_phase_timing_marks_in_order_audio_unchanged(config: ModelConfig, fast: 
     assert audio.tobytes() == want.tobytes()
 
 
-# A batch runs its utterances in groups (about two per lane, each group's ALBERT and bert_encoder
-# on all of its tokens at once): groups of two for the nine, of three for the twenty, with short
-# and long utterances mixed in a group (ALBERT's attention on both of its paths), and groups cut
-# short by their token limit.
+# A batch runs its utterances in groups (about two per lane; each group's token phase on all of its
+# tokens at once: ALBERT, bert_encoder and the LSTMs' recurrences side by side, up to four per
+# launch): at eight lanes groups of one for the nine, of two for the twenty, with short and long
+# utterances mixed in a group (ALBERT's attention on both of its paths) and groups cut short by
+# their token limit, and of three for the forty-eight (sequences of different lengths in one
+# recurrence launch).
 BATCH_SIZES = [5, 140, 33, 300, 33, 77, 12, 210, 64]
 GROUPED_BATCH_SIZES = [510, 498, 400, 3, 260, 1, 256, 257, 90, 510, 2, 45, 300, 7, 120, 33, 499, 64, 16, 200]
+SHORT_BATCH_SIZES = [3 + (37 * i) % 90 for i in range(48)]
 
 
 # fp32 ("gpu"): groups of one (cuBLAS ALBERT), the lanes' convs on split operands still walking
@@ -410,9 +413,16 @@ GROUPED_BATCH_SIZES = [510, 498, 400, 3, 260, 1, 256, 257, 90, 510, 2, 45, 300, 
         ("fast", BATCH_SIZES, True),
         ("fast", BATCH_SIZES, False),
         ("fast", GROUPED_BATCH_SIZES, True),
+        ("fast", SHORT_BATCH_SIZES, False),
         ("gpu", BATCH_SIZES, True),
     ],
-    ids=["nine-deterministic", "nine-random", "twenty-deterministic", "fp32-nine-deterministic"],
+    ids=[
+        "nine-deterministic",
+        "nine-random",
+        "twenty-deterministic",
+        "forty-eight-random",
+        "fp32-nine-deterministic",
+    ],
 )
 def test_forward_batch_equals_one_by_one(
     config: ModelConfig,
@@ -426,12 +436,13 @@ def test_forward_batch_equals_one_by_one(
     for i, n in enumerate(sizes):
         ids, ref_s = random_inputs(config, n, seed=100 + i)
         items.append((ids, ref_s, 1.0 + 0.05 * i, 1000 + i))
-    batch = backend.forward_batch(items, deterministic=deterministic)
-    assert len(batch) == len(items)
-    for (ids, ref_s, speed, seed), (audio, dur) in zip(items, batch, strict=True):
+    # Twice: a group's token phase runs uncaptured on its lengths' first sight, then as a graph.
+    batches = [backend.forward_batch(items, deterministic=deterministic) for _ in range(2)]
+    for (ids, ref_s, speed, seed), *results in zip(items, *batches, strict=True):
         want_audio, want_dur = backend.forward(ids, ref_s, speed, deterministic=deterministic, seed=seed)
-        np.testing.assert_array_equal(dur, want_dur)
-        assert audio.tobytes() == want_audio.tobytes()
+        for audio, dur in results:
+            np.testing.assert_array_equal(dur, want_dur)
+            assert audio.tobytes() == want_audio.tobytes()
     assert backend.forward_batch([], deterministic=True) == []
 
 

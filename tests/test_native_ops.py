@@ -1248,6 +1248,45 @@ def test_lstm_bidirectional(
 
 
 @pytest.mark.parametrize(
+    "lengths,hidden,max_cluster_blocks,shared_gpu",
+    # Stacked sequences recur up to four per launch (six: a stack of four, then two; a zero-length
+    # one is skipped); 16 / 8 blocks per direction, a batch lane's portable clusters, and the
+    # fallback (a cap below every cluster shape) one sequence at a time.
+    [
+        ([37, 150, 1, 90, 150, 5], 256, 16, False),
+        ([157, 157, 157, 157], 256, 16, True),
+        ([12, 0, 40], 64, 16, False),
+        ([33, 70], 128, 8, False),
+        ([20, 9], 256, 4, False),
+    ],
+)
+def test_lstm_recurrence_stacked(
+    rng: np.random.Generator,
+    lengths: list[int],
+    hidden: int,
+    max_cluster_blocks: int,
+    shared_gpu: bool,
+) -> None:
+    rows = sum(lengths)
+    gx = f32(rng.uniform(-2, 2, (rows, 8 * hidden)))
+    w_hh = f32(rng.uniform(-1, 1, (2, 4 * hidden, hidden)) / math.sqrt(hidden))
+    got = gpu.lstm_recurrence(gx, w_hh, lengths, max_cluster_blocks, shared_gpu)
+    # gx as the input projection of x = gx under identity weights and no bias.
+    eye = np.eye(8 * hidden).reshape(2, 4 * hidden, 8 * hidden)
+    start = 0
+    for t_len in lengths:
+        part = slice(start, start + t_len)
+        start += t_len
+        if t_len == 0:
+            continue
+        want = ref.lstm_bidirectional(f64(gx[part]), eye, f64(w_hh), np.zeros((2, 4 * hidden)))
+        check(f"stacked lstm T={t_len} H={hidden}", got[part], want, LONG_REDUCTION_TOL)
+        # Each sequence's bits are those of its own call (one sequence per launch).
+        alone = gpu.lstm_recurrence(gx[part], w_hh, [t_len], max_cluster_blocks, shared_gpu)
+        assert np.array_equal(got[part], alone), f"T={t_len}: stacked differs from alone"
+
+
+@pytest.mark.parametrize(
     "t_len,heads,head_dim",
     # 502: ALBERT's long case (score row pitch padded to 504); head_dim 5: heads not 16-byte aligned.
     [

@@ -31,8 +31,8 @@
 //             (into a page-locked block of the engine's PinnedPool, which the
 //             result keeps).
 //   Each phase runs as a CUDA graph replay once its key has been seen
-//   before (tokens: T and whether its group computed bert_encoder already;
-//   frames: T, F, deterministic; both: whether the lane's thread shares the
+//   before (tokens: T; frames: T, F, deterministic; both: whether the
+//   lane's thread shares the
 //   GPU, as a batch on several lanes does: launch.cuh); the seed reaches the
 //   source through device memory, so replays take a new one. A graph is
 //   stale once the workspace generation has moved on (a buffer it uses was
@@ -40,9 +40,10 @@
 // - Engine: the weights and up to kMaxLanes lanes (a batch takes one per 8
 //   GiB of the GPU's memory, four at least); forward() uses lane 0,
 //   forward_batch() one host thread per lane, pulling groups of utterances
-//   in turn (precision fast: a group's ALBERT and bert_encoder run once on
-//   all of its tokens, uncaptured, then each utterance's phases from its
-//   bert_encoder rows; the token graph's key says which).
+//   in turn (precision fast: a group's token phase runs once on all of its
+//   tokens, uncaptured, its LSTMs' recurrences side by side; one read-back
+//   of their durations; then each utterance's frame graph, its token
+//   outputs moved into the slots that the graph reads).
 #include <algorithm>
 #include <atomic>
 #include <climits>
@@ -50,6 +51,7 @@
 #include <deque>
 #include <exception>
 #include <list>
+#include <map>
 #include <regex>
 #include <set>
 #include <stdexcept>
@@ -791,8 +793,9 @@ void Context::linear(const std::string& prefix, const float* x, float* y, int ro
 
 // ------------------------------------------------------------------ TokenRows
 
-TokenRows::TokenRows(std::vector<int> lengths, Workspace& ws, cudaStream_t stream)
-    : lengths_(std::move(lengths)), ws_(&ws), stream_(stream) {
+TokenRows::TokenRows(std::vector<int> lengths, Workspace& ws, cudaStream_t stream,
+                     SplitShapes& shapes)
+    : lengths_(std::move(lengths)), ws_(&ws), stream_(stream), shapes_(&shapes) {
     std::vector<int32_t> positions;
     for (const int T : lengths_) {
         offsets_.push_back(rows_);
@@ -804,6 +807,7 @@ TokenRows::TokenRows(std::vector<int> lengths, Workspace& ws, cudaStream_t strea
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(dev, positions.data(), sizeof(int32_t) * rows_,
                                       cudaMemcpyHostToDevice, stream));
     positions_ = dev;
+    for (const auto& [in, out] : SplitShapes(shapes)) row_chunks(in, out);
 }
 
 const int32_t* TokenRows::row_chunks(int in, int out) const {
@@ -817,6 +821,7 @@ const int32_t* TokenRows::row_chunks(int in, int out) const {
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(dev, chunks.data(), sizeof(int32_t) * rows_,
                                       cudaMemcpyHostToDevice, stream_));
     row_chunks_.emplace(key, dev);
+    shapes_->insert(key);
     return dev;
 }
 
@@ -858,17 +863,23 @@ ops::SplitSums Context::linear_sums(const std::string& prefix, const float* x, f
 
 void Context::lstm(const std::string& prefix, const float* x, float* out, int T) const {
     const DeviceWeights::Lstm l = weights.lstm(prefix);
+    const bool stacked = tokens != nullptr && tokens->stacked();
     if (l.w_ih != nullptr) {
+        // (cuBLAS picks its kernel by the row count: stacked rows would not
+        // keep each utterance's bits)
+        if (stacked) throw std::logic_error(prefix + ": stacked utterances need a split LSTM");
         float* scratch = floats("ops.scratch", ops::lstm_scratch_floats(T, l.hidden));
         ops::lstm_bidirectional(blas, x, l.w_ih, l.w_hh, l.b, out, T, l.in, l.hidden, scratch,
                                 stream);
         return;
     }
     // Both directions' input projections as one split linear (its scratch
-    // takes "ops.scratch"), then the recurrence.
+    // takes "ops.scratch"), then the recurrence, of every stacked utterance
+    // at once.
     float* gx = floats("lstm.gates", ops::lstm_scratch_floats(T, l.hidden));
     split_linear(prefix + ".weight_ih", x, l.b, gx, T, l.in, 8 * l.hidden);
-    ops::lstm_recurrence(gx, l.w_hh, out, T, l.hidden, stream);
+    ops::lstm_recurrence(gx, l.w_hh, out, stacked ? tokens->lengths() : std::vector<int>{T},
+                         l.hidden, stream);
 }
 
 // ----------------------------------------------------------------------- Lane
@@ -914,13 +925,16 @@ struct CachedGraph {
     std::unique_ptr<ops::Stft> stft;
 };
 
+// A graph's key: the shapes and choices its launches were captured with.
+using GraphKey = std::vector<int64_t>;
+
 // Bounded LRU of CachedGraph by key. An entry without a graph marks a key
 // seen once.
 class GraphCache {
 public:
     // The entry of `key`, made the most recent; null when the key is new
     // (it is then noted, evicting the least recent entry when full).
-    CachedGraph* find_or_note(uint64_t key) {
+    CachedGraph* find_or_note(const GraphKey& key) {
         auto it = index_.find(key);
         if (it != index_.end()) {
             order_.splice(order_.begin(), order_, it->second);
@@ -940,9 +954,9 @@ public:
     }
 
 private:
-    using Entries = std::list<std::pair<uint64_t, CachedGraph>>;
+    using Entries = std::list<std::pair<GraphKey, CachedGraph>>;
     Entries order_;
-    std::unordered_map<uint64_t, Entries::iterator> index_;
+    std::map<GraphKey, Entries::iterator> index_;
 };
 
 }  // namespace
@@ -955,12 +969,12 @@ public:
     Lane(const Lane&) = delete;
     Lane& operator=(const Lane&) = delete;
 
-    // One utterance; d_en_rows (device [T, hidden], may be null): its
-    // bert_encoder output, computed already (run_group's), which the token
-    // phase then starts from.
-    ForwardResult run(const Utterance& u, Trace* trace, const float* d_en_rows = nullptr);
-    // Utterances first .. first + n - 1 into results: ALBERT and bert_encoder
-    // once for all of their tokens (stacked, uncaptured), then run() of each.
+    // One utterance: its token phase, the durations read back, frames().
+    ForwardResult run(const Utterance& u, Trace* trace);
+    // Utterances first .. first + n - 1 into results: one token phase for
+    // all of their tokens (stacked, uncaptured: ALBERT, bert_encoder and
+    // every LSTM once for the group), one read-back of their durations,
+    // then each one's frames().
     void run_group(const Utterance* first, size_t n, ForwardResult* results);
     size_t workspace_bytes() const { return ws_.bytes(); }
     // Phase timing on or off; the cached graphs (with or without marks) go.
@@ -969,11 +983,17 @@ public:
 
 private:
     Context context(int stream, bool fast, Trace* trace);
+    // The frame phase of `u`, whose token phase left its outputs in the
+    // lane's slots (engine.d, engine.t_en, engine.durations and style_out_),
+    // from its durations (read back) to the audio in host memory.
+    ForwardResult frames(const Utterance& u, std::vector<int32_t> durations, Trace* trace);
+    // style_out_, sized for the style banks.
+    void take_style_slots();
     // Enqueues `body(stft)` on the main stream: a replay of the graph cached
     // under `key`, else uncaptured on a key's first sight (or with a trace),
     // else captured (after `prepare(entry)`) and launched.
     template <typename Prepare, typename Body>
-    void run_phase(GraphCache& cache, uint64_t key, bool capture, Prepare&& prepare, Body&& body);
+    void run_phase(GraphCache& cache, GraphKey key, bool capture, Prepare&& prepare, Body&& body);
 
     const ModelConfig& cfg_;
     const DeviceWeights& weights_;
@@ -985,7 +1005,8 @@ private:
     Owned<cudaEvent_t, EventDeleter> events_[kStreams];
     Workspace ws_;
     ops::Stft stft_;  // of uncaptured runs
-    GraphCache token_graphs_, frame_graphs_;
+    GraphCache token_graphs_, frame_graphs_;  // token phases: {T}, or a group's lengths
+    SplitShapes split_shapes_;                 // of a group's TokenRows
     float* style_out_[2] = {nullptr, nullptr};  // fc(s) of each style bank
     bool timing_ = false;
     PhaseMarks marks_;
@@ -1063,11 +1084,11 @@ void Lane::set_phase_timing(bool on) {
 }
 
 template <typename Prepare, typename Body>
-void Lane::run_phase(GraphCache& cache, uint64_t key, bool capture, Prepare&& prepare,
+void Lane::run_phase(GraphCache& cache, GraphKey key, bool capture, Prepare&& prepare,
                      Body&& body) {
     // A graph holds its launches' kinds and plans: whether the thread shares
     // the GPU is part of the key.
-    key = key << 1 | uint64_t(gpu_shared());
+    key.push_back(gpu_shared());
     CachedGraph* entry = capture ? cache.find_or_note(key) : nullptr;
     if (entry == nullptr) {
         body(stft_);
@@ -1099,34 +1120,118 @@ void Lane::run_phase(GraphCache& cache, uint64_t key, bool capture, Prepare&& pr
     KOKORO_CUDA_CHECK(cudaGraphLaunch(entry->exec.get(), main));
 }
 
+void Lane::take_style_slots() {
+    for (int half = 0; half < 2; ++half) {
+        const DeviceWeights::StyleBank& bank = weights_.style_bank(static_cast<StyleHalf>(half));
+        style_out_[half] = ws_.floats(half ? "styles.prosody" : "styles.decoder", bank.rows);
+    }
+}
+
 void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
     if (n == 1) {
         results[0] = run(first[0], nullptr);
         return;
     }
     cudaStream_t main = streams_[0].get();
+    const int sd = cfg_.style_dim, hid = cfg_.hidden_dim, width = hid + sd;
     std::vector<int> lengths;
     std::vector<int32_t> ids;
+    std::vector<float> ref_s;
     for (size_t i = 0; i < n; ++i) {
         lengths.push_back(first[i].T);
         ids.insert(ids.end(), first[i].ids, first[i].ids + first[i].T);
+        ref_s.insert(ref_s.end(), first[i].ref_s, first[i].ref_s + 2 * sd);
     }
-    const TokenRows tokens(std::move(lengths), ws_, main);
-    const int rows = tokens.rows(), hid = cfg_.hidden_dim;
+    const GraphKey key(lengths.begin(), lengths.end());
+    const TokenRows tokens(std::move(lengths), ws_, main, split_shapes_);
+    const int rows = tokens.rows();
     int32_t* ids_dev = ws_.ints("group.ids", rows);
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(ids_dev, ids.data(), sizeof(int32_t) * rows,
                                       cudaMemcpyHostToDevice, main));
+    float* style = ws_.floats("group.ref_s", int64_t(n) * 2 * sd);
+    KOKORO_CUDA_CHECK(cudaMemcpyAsync(style, ref_s.data(), sizeof(float) * ref_s.size(),
+                                      cudaMemcpyHostToDevice, main));
+    float* projections[2];
+    int bank_rows[2];
+    for (int half = 0; half < 2; ++half) {
+        bank_rows[half] = weights_.style_bank(static_cast<StyleHalf>(half)).rows;
+        projections[half] = ws_.floats(half ? "group.styles.prosody" : "group.styles.decoder",
+                                       int64_t(n) * bank_rows[half]);
+    }
     float* bert = ws_.floats("group.bert", int64_t(rows) * cfg_.bert_hidden);
     float* d_en_rows = ws_.floats("group.d_en_rows", int64_t(rows) * hid);
+    float* d = ws_.floats("group.d", int64_t(rows) * width);
+    float* dur_lstm = ws_.floats("group.dur_lstm", int64_t(rows) * hid);
+    float* logits = ws_.floats("group.dur_logits", int64_t(rows) * cfg_.max_dur);
+    float* t_en = ws_.floats("group.t_en", int64_t(hid) * rows);
+    int32_t* dur = ws_.ints("group.durations", rows);
     const Context ctx = context(0, false, nullptr);
-    albert_forward(ctx, ids_dev, tokens, bert);
-    ctx.with_tokens(tokens).linear("bert_encoder", bert, d_en_rows, rows, cfg_.bert_hidden, hid);
+    const Context side = context(kSideStream, fast_, nullptr);
+
+    // The token phase of the whole group: Lane::run's, stacked (a graph per
+    // group of these lengths).
+    std::vector<UtteranceStyle> styles(n);
     for (size_t i = 0; i < n; ++i) {
-        results[i] = run(first[i], nullptr, d_en_rows + int64_t(tokens.offset(int(i))) * hid);
+        styles[i].s = style + int64_t(i) * 2 * sd + sd;
+        for (int half = 0; half < 2; ++half) {
+            styles[i].projections[half] = projections[half] + int64_t(i) * bank_rows[half];
+        }
+    }
+    run_phase(token_graphs_, key, true, [](CachedGraph&) {}, [&](ops::Stft&) {
+        for (size_t i = 0; i < n; ++i) {
+            for (int half = 0; half < 2; ++half) {
+                const DeviceWeights::StyleBank& bank =
+                    weights_.style_bank(static_cast<StyleHalf>(half));
+                if (bank.rows > 0) {
+                    ops::linear(ctx.blas, style + int64_t(i) * 2 * sd + half * sd, bank.weight,
+                                bank.bias, projections[half] + int64_t(i) * bank.rows, 1, sd,
+                                bank.rows, main);
+                }
+            }
+        }
+        albert_forward(ctx, ids_dev, tokens, bert);
+        side.wait_for(ctx);
+        text_encoder_forward(side, ids_dev, tokens, t_en);
+        ctx.with_tokens(tokens).linear("bert_encoder", bert, d_en_rows, rows, cfg_.bert_hidden,
+                                       hid);
+        duration_encoder_forward(ctx, tokens, styles, d_en_rows, d);
+        duration_head_forward(ctx, tokens, d, dur_lstm, logits);
+        ctx.wait_for(side);
+    });
+    for (size_t i = 0; i < n; ++i) {
+        const int64_t row = tokens.offset(int(i));
+        ops::durations_from_logits(logits + row * cfg_.max_dur, tokens.length(int(i)),
+                                   cfg_.max_dur, first[i].speed, dur + row, main);
+    }
+    std::vector<int32_t> dur_host(rows);
+    KOKORO_CUDA_CHECK(cudaMemcpyAsync(dur_host.data(), dur, sizeof(int32_t) * rows,
+                                      cudaMemcpyDeviceToHost, main));
+    KOKORO_CUDA_CHECK(cudaStreamSynchronize(main));
+
+    // Each utterance's frame phase, from its token outputs moved into the
+    // slots that the frame graphs read.
+    take_style_slots();
+    for (size_t i = 0; i < n; ++i) {
+        const int T = tokens.length(int(i));
+        const int64_t row = tokens.offset(int(i));
+        auto move = [&](void* to, const void* from, size_t bytes) {
+            KOKORO_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, main));
+        };
+        for (int half = 0; half < 2; ++half) {
+            move(style_out_[half], projections[half] + int64_t(i) * bank_rows[half],
+                 sizeof(float) * bank_rows[half]);
+        }
+        move(ws_.floats("engine.d", int64_t(T) * width), d + row * width,
+             sizeof(float) * T * width);
+        move(ws_.floats("engine.t_en", int64_t(hid) * T), t_en + row * hid,
+             sizeof(float) * T * hid);
+        move(ws_.ints("engine.durations", T), dur + row, sizeof(int32_t) * T);
+        results[i] = frames(first[i], {dur_host.begin() + row, dur_host.begin() + row + T},
+                            nullptr);
     }
 }
 
-ForwardResult Lane::run(const Utterance& u, Trace* trace, const float* d_en_given) {
+ForwardResult Lane::run(const Utterance& u, Trace* trace) {
     const int T = u.T;
     const int sd = cfg_.style_dim;
     const int hid = cfg_.hidden_dim;
@@ -1134,8 +1239,8 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace, const float* d_en_give
     cudaStream_t main = streams_[0].get();
     const bool capture = trace == nullptr;
 
-    // Inputs (ids as int32, the style vector, the seed) and every buffer the
-    // two phases share, taken before any graph is looked up.
+    // Inputs (ids as int32, the style vector) and every buffer the two
+    // phases share, taken before any graph is looked up.
     std::vector<int32_t> ids32(u.ids, u.ids + T);
     int32_t* ids_dev = ws_.ints("input.ids", T);
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(ids_dev, ids32.data(), sizeof(int32_t) * T,
@@ -1143,15 +1248,8 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace, const float* d_en_give
     float* style = ws_.floats("input.ref_s", 2 * sd);
     KOKORO_CUDA_CHECK(
         cudaMemcpyAsync(style, u.ref_s, sizeof(float) * 2 * sd, cudaMemcpyHostToDevice, main));
-    uint64_t* seed = ws_.words("input.seed", 1);
-    KOKORO_CUDA_CHECK(
-        cudaMemcpyAsync(seed, &u.seed, sizeof(uint64_t), cudaMemcpyHostToDevice, main));
-    for (int half = 0; half < 2; ++half) {
-        const DeviceWeights::StyleBank& bank = weights_.style_bank(static_cast<StyleHalf>(half));
-        style_out_[half] = ws_.floats(half ? "styles.prosody" : "styles.decoder", bank.rows);
-    }
-    float* bert =
-        d_en_given != nullptr ? nullptr : ws_.floats("engine.bert", int64_t(T) * cfg_.bert_hidden);
+    take_style_slots();
+    float* bert = ws_.floats("engine.bert", int64_t(T) * cfg_.bert_hidden);
     float* d_en_rows = ws_.floats("engine.d_en_rows", int64_t(T) * hid);
     float* d = ws_.floats("engine.d", int64_t(T) * width);
     float* dur_lstm = ws_.floats("engine.dur_lstm", int64_t(T) * hid);
@@ -1163,13 +1261,10 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace, const float* d_en_give
     ctx.mark("start");
 
     // Token side: styles, ALBERT, then text encoder || bert_encoder, duration
-    // encoder and head (from the given bert_encoder output on: a group's).
-    if (d_en_given != nullptr) {
-        KOKORO_CUDA_CHECK(cudaMemcpyAsync(d_en_rows, d_en_given, sizeof(float) * T * hid,
-                                          cudaMemcpyDeviceToDevice, main));
-    }
-    const uint64_t token_key = uint64_t(T) << 1 | uint64_t(d_en_given != nullptr);
-    run_phase(token_graphs_, token_key, capture, [](CachedGraph&) {}, [&](ops::Stft&) {
+    // encoder and head.
+    const TokenRows tokens(T);
+    const std::vector<UtteranceStyle> styles{{style + sd, {style_out_[0], style_out_[1]}}};
+    run_phase(token_graphs_, {T}, capture, [](CachedGraph&) {}, [&](ops::Stft&) {
         for (int half = 0; half < 2; ++half) {
             const DeviceWeights::StyleBank& bank =
                 weights_.style_bank(static_cast<StyleHalf>(half));
@@ -1178,29 +1273,25 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace, const float* d_en_give
                             1, sd, bank.rows, main);
             }
         }
-        if (d_en_given == nullptr) {
-            albert_forward(ctx, ids_dev, TokenRows(T), bert);
-            ctx.mark("style projections, ALBERT");
-            ctx.record("bert", bert, {T, cfg_.bert_hidden});
-        }
+        albert_forward(ctx, ids_dev, tokens, bert);
+        ctx.mark("style projections, ALBERT");
+        ctx.record("bert", bert, {T, cfg_.bert_hidden});
         // The text encoder (needed by the frame phase) beside the duration
         // path, whose serial LSTMs leave most SMs free, rather than beside
         // ALBERT's GEMMs, which its LSTM's 32 SMs slowed.
         side.wait_for(ctx);
-        text_encoder_forward(side, ids_dev, T, t_en);
+        text_encoder_forward(side, ids_dev, tokens, t_en);
         side.mark("text encoder (side stream)");
-        if (d_en_given == nullptr) {
-            ctx.linear("bert_encoder", bert, d_en_rows, T, cfg_.bert_hidden, hid);
-        }
+        ctx.linear("bert_encoder", bert, d_en_rows, T, cfg_.bert_hidden, hid);
         if (trace != nullptr) {
             float* d_en = ctx.floats("trace.d_en", int64_t(hid) * T);
             ops::transpose(d_en_rows, d_en, T, hid, main);
             ctx.record("d_en", d_en, {hid, T});
         }
-        duration_encoder_forward(ctx, d_en_rows, style + sd, T, d);
+        duration_encoder_forward(ctx, tokens, styles, d_en_rows, d);
         ctx.mark("bert_encoder, duration encoder");
         ctx.record("d", d, {T, width});
-        duration_head_forward(ctx, d, T, dur_lstm, logits);
+        duration_head_forward(ctx, tokens, d, dur_lstm, logits);
         ctx.mark("duration head");
         ctx.record("dur_lstm", dur_lstm, {T, hid});
         ctx.wait_for(side);
@@ -1216,17 +1307,34 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace, const float* d_en_give
     KOKORO_CUDA_CHECK(
         cudaMemcpyAsync(dur_host.data(), dur, sizeof(int32_t) * T, cudaMemcpyDeviceToHost, main));
     KOKORO_CUDA_CHECK(cudaStreamSynchronize(main));
+    return frames(u, std::move(dur_host), trace);
+}
+
+ForwardResult Lane::frames(const Utterance& u, std::vector<int32_t> durations, Trace* trace) {
+    const int T = u.T;
+    const int hid = cfg_.hidden_dim;
+    const int width = hid + cfg_.style_dim;
+    cudaStream_t main = streams_[0].get();
+    const bool capture = trace == nullptr;
+    const float* d = ws_.floats("engine.d", int64_t(T) * width);
+    const float* t_en = ws_.floats("engine.t_en", int64_t(hid) * T);
+    const int32_t* dur = ws_.ints("engine.durations", T);
+    uint64_t* seed = ws_.words("input.seed", 1);
+    KOKORO_CUDA_CHECK(
+        cudaMemcpyAsync(seed, &u.seed, sizeof(uint64_t), cudaMemcpyHostToDevice, main));
+    const Context ctx = context(0, false, trace);
+    const Context side = context(kSideStream, fast_, trace);
     ForwardResult result;
-    result.durations.assign(dur_host.begin(), dur_host.end());
-    int64_t frames = 0;
-    for (int32_t f : dur_host) frames += f;
+    result.durations.assign(durations.begin(), durations.end());
+    int64_t frame_count = 0;
+    for (int32_t f : durations) frame_count += f;
     const int64_t max_frames = INT_MAX / (2 * int64_t(cfg_.source_upsampling()));
-    if (frames > max_frames) {
-        throw InvalidInput("the predicted durations add up to " + std::to_string(frames) +
+    if (frame_count > max_frames) {
+        throw InvalidInput("the predicted durations add up to " + std::to_string(frame_count) +
                            " frames, more than the " + std::to_string(max_frames) +
                            " one call supports; raise the speed or split the input");
     }
-    const int F = static_cast<int>(frames);
+    const int F = static_cast<int>(frame_count);
     if (trace != nullptr) trace->ints["pred_dur"] = result.durations;
     ctx.mark("durations read back");
 
@@ -1238,7 +1346,7 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace, const float* d_en_give
     float* dec_out = ws_.floats("engine.dec_out", int64_t(cfg_.upsample_initial_channel) * 2 * F);
     const int64_t samples = 2 * int64_t(F) * cfg_.source_upsampling();
     float* audio = ws_.floats("engine.audio", samples);
-    const uint64_t frame_key = ((uint64_t(T) << 32 | uint64_t(F)) << 1) | uint64_t(u.deterministic);
+    const GraphKey frame_key{T, F, u.deterministic};
     const int spec_frames = generator_spec_frames(cfg_, F);
     auto prepare = [&](CachedGraph& entry) {
         if (!entry.stft) entry.stft = std::make_unique<ops::Stft>(cfg_.n_fft, cfg_.hop);
@@ -1439,14 +1547,16 @@ std::vector<ForwardResult> Engine::forward_batch(const std::vector<Utterance>& u
     KOKORO_CUDA_CHECK(cudaSetDevice(device_));
     const size_t n_lanes = std::min<size_t>(size_t(batch_lanes_), utterances.size());
     for (size_t i = 0; i < n_lanes; ++i) lane(i);
-    // Groups of consecutive utterances, each taken by one lane: their ALBERT
-    // and bert_encoder run once on all of their tokens (Lane::run_group),
-    // GEMMs of full waves where one utterance's rows gave latency-bound split
-    // ones (batch of 64 medium utterances: +2.5% on an H200). Only where
-    // those linears are split linears (precision fast), which keep each
-    // utterance's bits (TokenRows); fp32's cuBLAS GEMMs pick their kernel by
-    // shape. About two groups per lane, so that the lanes finish together, of
-    // at most kMaxGroupRows tokens (the group's ALBERT buffers).
+    // Groups of consecutive utterances, each taken by one lane: their token
+    // phase runs once on all of their tokens (Lane::run_group): ALBERT's and
+    // bert_encoder's GEMMs of full waves where one utterance's rows gave
+    // latency-bound split ones (batch of 64 medium utterances: +2.5% on an
+    // H200), the LSTMs' recurrences side by side, and a graph per group's
+    // lengths (+1.7%). Only where the linears are split linears (precision
+    // fast), which keep each utterance's bits (TokenRows); fp32's cuBLAS GEMMs
+    // pick their kernel by shape. About two groups per lane, so that the
+    // lanes finish together, of at most kMaxGroupRows tokens (the group's
+    // ALBERT buffers).
     std::vector<size_t> group_starts;
     const bool grouped = weights_->has_split_linear("bert_encoder.weight");
     const size_t per_group =

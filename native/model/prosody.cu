@@ -5,7 +5,15 @@
 // 1x1 projections, on two streams, their shortcuts on two more).
 // The duration encoder keeps one time-major buffer [T, hidden + style] whose
 // style columns are written once; each layer's AdaLayerNorm writes its
-// first `hidden` columns.
+// first `hidden` columns. Stacked utterances (TokenRows: a batch's group)
+// run each LSTM on all of their rows at once (its input projection with each
+// utterance's split plan, the recurrences side by side: ops::
+// lstm_recurrence), the AdaLayerNorms and the duration projection per
+// utterance with its own style: every utterance's bits are those of its own
+// call.
+#include <algorithm>
+#include <vector>
+
 #include "kokoro/model.h"
 
 namespace kokoro {
@@ -14,35 +22,53 @@ namespace {
 constexpr float kAdaLayerNormEps = 1e-5f;
 }  // namespace
 
-void duration_encoder_forward(const Context& ctx, const float* d_en_rows, const float* s, int T,
+void duration_encoder_forward(const Context& ctx, const TokenRows& tokens,
+                              const std::vector<UtteranceStyle>& styles, const float* d_en_rows,
                               float* d) {
     const int hid = ctx.cfg.hidden_dim;
-    const int width = hid + ctx.cfg.style_dim;
+    const int sd = ctx.cfg.style_dim;
+    const int width = hid + sd;
+    const int rows = tokens.rows();
+    int longest = 0;
+    for (int u = 0; u < tokens.count(); ++u) longest = std::max(longest, tokens.length(u));
     // d = [d_en^T | s on every row], built channels-first (s broadcast over
     // time by nearest upsampling) and transposed; the style columns never change.
-    float* channels_first = ctx.floats("prosody.encoder_in", int64_t(width) * T);
-    ops::transpose(d_en_rows, channels_first, T, hid, ctx.stream);
-    ops::upsample_nearest(s, channels_first + int64_t(hid) * T, ctx.cfg.style_dim, 1, T,
-                          ctx.stream);
-    ops::transpose(channels_first, d, width, T, ctx.stream);
+    float* channels_first = ctx.floats("prosody.encoder_in", int64_t(width) * longest);
+    for (int u = 0; u < tokens.count(); ++u) {
+        const int T = tokens.length(u);
+        const int64_t row = tokens.offset(u);
+        ops::transpose(d_en_rows + row * hid, channels_first, T, hid, ctx.stream);
+        ops::upsample_nearest(styles[u].s, channels_first + int64_t(hid) * T, sd, 1, T,
+                              ctx.stream);
+        ops::transpose(channels_first, d + row * width, width, T, ctx.stream);
+    }
 
-    float* lstm_out = ctx.floats("prosody.encoder_lstm", int64_t(T) * hid);
+    const Context stacked = ctx.with_tokens(tokens);
+    float* lstm_out = ctx.floats("prosody.encoder_lstm", int64_t(rows) * hid);
     for (int i = 0; i < ctx.cfg.n_layer; ++i) {
         const std::string lstm = "predictor.text_encoder.lstms." + std::to_string(2 * i);
         const std::string norm_fc =
             "predictor.text_encoder.lstms." + std::to_string(2 * i + 1) + ".fc";
-        ctx.lstm(lstm, d, lstm_out, T);
-        const float* gamma_beta = ctx.style(norm_fc, hid);
-        ops::layer_norm_rows(lstm_out, d, T, hid, nullptr, nullptr, gamma_beta, gamma_beta + hid,
-                             kAdaLayerNormEps, ctx.stream, nullptr, width);
+        stacked.lstm(lstm, d, lstm_out, rows);
+        for (int u = 0; u < tokens.count(); ++u) {
+            const int64_t row = tokens.offset(u);
+            const float* gamma_beta = ctx.with_style(styles[u]).style(norm_fc, hid);
+            ops::layer_norm_rows(lstm_out + row * hid, d + row * width, tokens.length(u), hid,
+                                 nullptr, nullptr, gamma_beta, gamma_beta + hid,
+                                 kAdaLayerNormEps, ctx.stream, nullptr, width);
+        }
     }
 }
 
-void duration_head_forward(const Context& ctx, const float* d, int T, float* dur_lstm,
-                           float* logits) {
-    ctx.lstm("predictor.lstm", d, dur_lstm, T);
-    ctx.linear("predictor.duration_proj.linear_layer", dur_lstm, logits, T, ctx.cfg.hidden_dim,
-               ctx.cfg.max_dur);
+void duration_head_forward(const Context& ctx, const TokenRows& tokens, const float* d,
+                           float* dur_lstm, float* logits) {
+    const int hid = ctx.cfg.hidden_dim;
+    ctx.with_tokens(tokens).lstm("predictor.lstm", d, dur_lstm, tokens.rows());
+    for (int u = 0; u < tokens.count(); ++u) {
+        const int64_t row = tokens.offset(u);
+        ctx.linear("predictor.duration_proj.linear_layer", dur_lstm + row * hid,
+                   logits + row * ctx.cfg.max_dur, tokens.length(u), hid, ctx.cfg.max_dur);
+    }
 }
 
 void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_lane,

@@ -35,6 +35,12 @@
 //   mbarriers: 1.2; 8 lanes per unit, 32 units: ~0.62; a warp per unit:
 //   1.05; a warp's 4 new h values as one 16-byte st.async per block: the
 //   gathering shuffles cost more than the fewer arrivals save).
+//   Stacked sequences (a batch's group: lstm_recurrence's lengths) recur up
+//   to kStackedSequences per launch, each lane's W_hh slice serving all of
+//   them (their own h buffers, cell states and rows; the mbarrier counts
+//   the live ones' bytes): a step of four costs ~2.6x one's (ncu, H = 256,
+//   8 blocks), and each sequence's arithmetic is its lone call's, so the
+//   same bits.
 // - Fallback (no clusters, other H): one block per direction; each warp
 //   computes whole gate rows of W_hh @ h with lanes striding the contiguous
 //   row, so W_hh (1 MB per direction at H = 256) streams from L2 every step;
@@ -50,7 +56,10 @@
 #include <cooperative_groups.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "kokoro/check.h"
 #include "kokoro/launch.cuh"
@@ -64,6 +73,8 @@ constexpr int kFallbackThreads = 1024;
 // tried (the first needs a 16-block cluster at H = 256).
 constexpr int kLanesPerUnit = 8;
 constexpr int kUnitsWide = 16, kUnitsPortable = 32;
+// Sequences of a stack (lstm_recurrence) per cluster launch.
+constexpr int kStackedSequences = 4;
 
 // 1 / (1 + e^-x) without overflow; the reciprocal correctly rounded, not a
 // full division (fewer instructions on the recurrence's critical path).
@@ -128,19 +139,33 @@ __device__ void st_async_f32(uint32_t remote_addr, float value, uint32_t remote_
 }
 #endif
 
+// The sequences of one cluster launch: row ranges of gx and out (length 0:
+// no sequence).
+template <int kSeqs>
+struct LstmSequences {
+    int offset[kSeqs];
+    int length[kSeqs];
+};
+
 // Cluster path. Grid: 2 clusters of H / Units blocks along x (direction =
-// cluster index), Units * kLanesPerUnit threads per block.
-template <int H, int Units>
+// cluster index), Units * kLanesPerUnit threads per block. kSeqs sequences
+// of `seqs` recur at once (a batch's group: W_hh is read from the registers
+// once per step for all of them; each has its own h buffers, cell state and
+// rows, and the same arithmetic as when it recurs alone, so the same bits).
+// A sequence past its length (or absent: length 0) still runs its step on
+// its stale state, branch-free, but sends and stores nothing.
+template <int H, int Units, int kSeqs>
 __global__ void __launch_bounds__(Units* kLanesPerUnit, 1)
-    lstm_cluster_kernel(const float* gx, const float* w_hh, float* out, int T) {
+    lstm_cluster_kernel(const float* gx, const float* w_hh, float* out,
+                        LstmSequences<kSeqs> seqs) {
 #if __CUDA_ARCH__ >= 900
     constexpr int kBlocks = H / Units;
     constexpr int kVec = H / 4 / kLanesPerUnit;  // float4 columns per lane and gate row
     constexpr int G = 4 * H;
     namespace cg = cooperative_groups;
     const cg::cluster_group cluster = cg::this_cluster();
-    __shared__ float4 h_buf[2][H / 4];
-    // full[b]: all H floats of the step written into h_buf[b] have arrived.
+    __shared__ float4 h_buf[2][kSeqs][H / 4];
+    // full[b]: all h values of the step written into h_buf[b] have arrived.
     __shared__ alignas(8) uint64_t full[2];
 
     const int dir = blockIdx.x / kBlocks;
@@ -163,11 +188,12 @@ __global__ void __launch_bounds__(Units* kLanesPerUnit, 1)
     }
     // Step s reads h_{s-1} from h_buf[(s + 1) & 1] and sends h_s into every
     // block's h_buf[s & 1]; h_{-1} = 0, so step 0 waits for nothing.
-    for (int i = threadIdx.x; i < H / 4; i += blockDim.x) {
-        h_buf[1][i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = threadIdx.x; i < 2 * kSeqs * H / 4; i += blockDim.x) {
+        (&h_buf[0][0][0])[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
     // Buffer b's addresses are buffer 0's plus b times the buffer's size.
-    constexpr uint32_t kBufBytes = H * sizeof(float), kBarBytes = sizeof(uint64_t);
+    constexpr uint32_t kSeqBytes = H * sizeof(float), kBufBytes = kSeqs * kSeqBytes;
+    constexpr uint32_t kBarBytes = sizeof(uint64_t);
     const uint32_t full_local = shared_address(&full[0]);
     if (threadIdx.x == 0) {
         for (uint32_t b = 0; b < 2; ++b) {
@@ -184,77 +210,112 @@ __global__ void __launch_bounds__(Units* kLanesPerUnit, 1)
 #pragma unroll
     for (int i = 0; i < kSends; ++i) {
         const uint32_t peer = uint32_t((sub + kLanesPerUnit * i) % kBlocks);
-        h_remote[i] = map_to_rank(shared_address(&h_buf[0][0].x) + 4 * unit, peer);
+        h_remote[i] = map_to_rank(shared_address(&h_buf[0][0][0].x) + 4 * unit, peer);
         full_remote[i] = map_to_rank(full_local, peer);
     }
-    // This lane's gx and out elements at time step 0 of its direction, and
-    // the distance between steps (the reverse direction walks back).
-    const int t0 = dir == 0 ? 0 : T - 1;
+    // Per sequence: this lane's gx and out elements at step 0 of its
+    // direction (the reverse direction walks back from the last row).
     const int64_t gx_stride = (dir == 0 ? 2 : -2) * int64_t(G);
     const int64_t out_stride = (dir == 0 ? 2 : -2) * int64_t(H);
-    int64_t gx_at = t0 * 2 * int64_t(G) + int64_t(dir) * G + gate * H + unit;
-    int64_t out_at = t0 * 2 * int64_t(H) + int64_t(dir) * H + unit;
-    float gx_next = gx[gx_at];
-    float c = 0.f;
+    int64_t gx_at[kSeqs], out_at[kSeqs];
+    float gx_next[kSeqs], c[kSeqs];
+    int steps = 0;
+#pragma unroll
+    for (int q = 0; q < kSeqs; ++q) {
+        const int length = seqs.length[q];
+        steps = max(steps, length);
+        const int64_t t0 = seqs.offset[q] + (dir == 0 || length == 0 ? 0 : length - 1);
+        gx_at[q] = t0 * 2 * int64_t(G) + int64_t(dir) * G + gate * H + unit;
+        out_at[q] = t0 * 2 * int64_t(H) + int64_t(dir) * H + unit;
+        gx_next[q] = length > 0 ? gx[gx_at[q]] : 0.f;
+        c[q] = 0.f;
+    }
     cluster.sync();  // every block running, barriers initialised and h_{-1} zeroed
 
-    for (int step = 0; step < T; ++step) {
+    for (int step = 0; step < steps; ++step) {
         const uint32_t cur = step & 1, prev = cur ^ 1u;
         if (step > 0) {
             mbarrier_wait_parity(full_local + prev * kBarBytes, uint32_t((step - 1) >> 1) & 1u);
         }
-        // full[cur]'s previous phase (step - 2) completed before the wait above.
-        if (threadIdx.x == 0) mbarrier_arrive_expect_tx(full_local + cur * kBarBytes, kBufBytes);
-        const float gx_cur = gx_next;
-        gx_at += gx_stride;
-        if (step + 1 < T) gx_next = gx[gx_at];
-        const float4* h = h_buf[prev];
-        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        // full[cur]'s previous phase (step - 2) completed before the wait
+        // above; this step's live sequences each send H floats.
+        if (threadIdx.x == 0) {
+            uint32_t live = 0;
+#pragma unroll
+            for (int q = 0; q < kSeqs; ++q) live += step < seqs.length[q] ? 1u : 0u;
+            mbarrier_arrive_expect_tx(full_local + cur * kBarBytes, live * kSeqBytes);
+        }
+        float acc[kSeqs][4], gx_cur[kSeqs];
+#pragma unroll
+        for (int q = 0; q < kSeqs; ++q) {
+            gx_cur[q] = gx_next[q];
+            gx_at[q] += gx_stride;
+            if (step + 1 < seqs.length[q]) gx_next[q] = gx[gx_at[q]];
+#pragma unroll
+            for (int g = 0; g < 4; ++g) acc[q][g] = 0.f;
+        }
 #pragma unroll
         for (int v = 0; v < kVec; ++v) {
-            const float4 hv = h[sub + kLanesPerUnit * v];
 #pragma unroll
-            for (int g = 0; g < 4; ++g) {
-                acc[g] = fmaf(w[g][v].x, hv.x, acc[g]);
-                acc[g] = fmaf(w[g][v].y, hv.y, acc[g]);
-                acc[g] = fmaf(w[g][v].z, hv.z, acc[g]);
-                acc[g] = fmaf(w[g][v].w, hv.w, acc[g]);
+            for (int q = 0; q < kSeqs; ++q) {
+                const float4 hv = h_buf[prev][q][sub + kLanesPerUnit * v];
+#pragma unroll
+                for (int g = 0; g < 4; ++g) {
+                    acc[q][g] = fmaf(w[g][v].x, hv.x, acc[q][g]);
+                    acc[q][g] = fmaf(w[g][v].y, hv.y, acc[q][g]);
+                    acc[q][g] = fmaf(w[g][v].z, hv.z, acc[q][g]);
+                    acc[q][g] = fmaf(w[g][v].w, hv.w, acc[q][g]);
+                }
             }
         }
-        // Sum over the unit's lanes: lanes with the top bit set keep gates
-        // (2, 3), the others (0, 1); the next bit picks one gate; the
-        // remaining bits finish the sum.
-        constexpr int kHalf = kLanesPerUnit / 2, kQuarter = kLanesPerUnit / 4;
-        const bool hi = sub & kHalf, mid = sub & kQuarter;
-        const float b0 =
-            (hi ? acc[2] : acc[0]) + __shfl_xor_sync(0xffffffffu, hi ? acc[0] : acc[2], kHalf);
-        const float b1 =
-            (hi ? acc[3] : acc[1]) + __shfl_xor_sync(0xffffffffu, hi ? acc[1] : acc[3], kHalf);
-        float sum = (mid ? b1 : b0) + __shfl_xor_sync(0xffffffffu, mid ? b0 : b1, kQuarter);
+        // Every sequence's gates and new state first (branch-free, so that
+        // their chains interleave), then the live ones' sends and stores.
+        float h_new[kSeqs];
 #pragma unroll
-        for (int off = kQuarter / 2; off > 0; off /= 2) {
-            sum += __shfl_xor_sync(0xffffffffu, sum, off);
-        }
-        const float pre = sum + gx_cur;
-        const float act = gate_activation(pre, gate == 2);
-        const float i_g = __shfl_sync(0xffffffffu, act, 0 * kLanesPerGate, kLanesPerUnit);
-        const float f_g = __shfl_sync(0xffffffffu, act, 1 * kLanesPerGate, kLanesPerUnit);
-        const float g_g = __shfl_sync(0xffffffffu, act, 2 * kLanesPerGate, kLanesPerUnit);
-        const float o_g = __shfl_sync(0xffffffffu, act, 3 * kLanesPerGate, kLanesPerUnit);
-        c = f_g * c + i_g * g_g;
-        const float h_new = o_g * tanhf(c);
+        for (int q = 0; q < kSeqs; ++q) {
+            // Sum over the unit's lanes: lanes with the top bit set keep
+            // gates (2, 3), the others (0, 1); the next bit picks one gate;
+            // the remaining bits finish the sum.
+            constexpr int kHalf = kLanesPerUnit / 2, kQuarter = kLanesPerUnit / 4;
+            const bool hi = sub & kHalf, mid = sub & kQuarter;
+            const float* a = acc[q];
+            const float b0 =
+                (hi ? a[2] : a[0]) + __shfl_xor_sync(0xffffffffu, hi ? a[0] : a[2], kHalf);
+            const float b1 =
+                (hi ? a[3] : a[1]) + __shfl_xor_sync(0xffffffffu, hi ? a[1] : a[3], kHalf);
+            float sum = (mid ? b1 : b0) + __shfl_xor_sync(0xffffffffu, mid ? b0 : b1, kQuarter);
 #pragma unroll
-        for (int i = 0; i < kSends; ++i) {
-            if (sub + kLanesPerUnit * i < kBlocks) {
-                st_async_f32(h_remote[i] + cur * kBufBytes, h_new,
-                             full_remote[i] + cur * kBarBytes);
+            for (int off = kQuarter / 2; off > 0; off /= 2) {
+                sum += __shfl_xor_sync(0xffffffffu, sum, off);
             }
+            const float pre = sum + gx_cur[q];
+            const float act = gate_activation(pre, gate == 2);
+            const float i_g = __shfl_sync(0xffffffffu, act, 0 * kLanesPerGate, kLanesPerUnit);
+            const float f_g = __shfl_sync(0xffffffffu, act, 1 * kLanesPerGate, kLanesPerUnit);
+            const float g_g = __shfl_sync(0xffffffffu, act, 2 * kLanesPerGate, kLanesPerUnit);
+            const float o_g = __shfl_sync(0xffffffffu, act, 3 * kLanesPerGate, kLanesPerUnit);
+            c[q] = fmaf(f_g, c[q], i_g * g_g);
+            h_new[q] = o_g * tanhf(c[q]);
         }
-        if (sub == kLanesPerUnit - 1) out[out_at] = h_new;
-        out_at += out_stride;
+#pragma unroll
+        for (int q = 0; q < kSeqs; ++q) {
+            if (step >= seqs.length[q]) continue;
+#pragma unroll
+            for (int i = 0; i < kSends; ++i) {
+                if (sub + kLanesPerUnit * i < kBlocks) {
+                    st_async_f32(h_remote[i] + cur * kBufBytes + q * kSeqBytes, h_new[q],
+                                 full_remote[i] + cur * kBarBytes);
+                }
+            }
+            if (sub == kLanesPerUnit - 1) out[out_at[q]] = h_new[q];
+            out_at[q] += out_stride;
+        }
     }
     // Every block has received the last step before any block exits.
-    mbarrier_wait_parity(full_local + ((T - 1) & 1) * kBarBytes, uint32_t((T - 1) >> 1) & 1u);
+    if (steps > 0) {
+        mbarrier_wait_parity(full_local + ((steps - 1) & 1) * kBarBytes,
+                             uint32_t((steps - 1) >> 1) & 1u);
+    }
     cluster.sync();
 #endif
 }
@@ -297,7 +358,7 @@ __global__ void lstm_block_kernel(const float* gx, const float* w_hh, float* out
     }
 }
 
-// The cluster launch for lstm_cluster_kernel<H, Units>: 2 clusters of
+// The cluster launch for lstm_cluster_kernel<H, Units, ...>: 2 clusters of
 // H / Units blocks.
 template <int H, int Units>
 cudaLaunchConfig_t cluster_config(cudaStream_t stream, cudaLaunchAttribute* attr) {
@@ -315,17 +376,17 @@ cudaLaunchConfig_t cluster_config(cudaStream_t stream, cudaLaunchAttribute* attr
     return config;
 }
 
-// Whether lstm_cluster_kernel<H, Units> can run here: the device launches
-// clusters, the kernel was compiled for sm_90 or newer (else its body is
-// empty), and at least one cluster of its shape fits on the device (beyond
-// 8 blocks, a non-portable size, where the device allows it).
-template <int H, int Units>
+// Whether lstm_cluster_kernel<H, Units, kSeqs> can run here: the device
+// launches clusters, the kernel was compiled for sm_90 or newer (else its
+// body is empty), and at least one cluster of its shape fits on the device
+// (beyond 8 blocks, a non-portable size, where the device allows it).
+template <int H, int Units, int kSeqs>
 bool cluster_path_usable(cudaStream_t stream) {
     int device = 0, cluster_launch = 0;
     KOKORO_CUDA_CHECK(cudaGetDevice(&device));
     KOKORO_CUDA_CHECK(cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device));
     if (!cluster_launch) return false;
-    const auto kernel = lstm_cluster_kernel<H, Units>;
+    const auto kernel = lstm_cluster_kernel<H, Units, kSeqs>;
     cudaFuncAttributes attributes{};
     KOKORO_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
     if (attributes.ptxVersion < 90 || attributes.binaryVersion < 90) return false;
@@ -347,14 +408,15 @@ bool cluster_path_usable(cudaStream_t stream) {
     return clusters > 0;
 }
 
-// Runs lstm_cluster_kernel<H, Units> when usable; false if not.
-template <int H, int Units>
-bool launch_cluster(const float* gx, const float* w_hh, float* out, int T, cudaStream_t stream) {
-    if (!cluster_path_usable<H, Units>(stream)) return false;
+// Runs lstm_cluster_kernel<H, Units, kSeqs> when usable; false if not.
+template <int H, int Units, int kSeqs>
+bool launch_cluster(const float* gx, const float* w_hh, float* out,
+                    const LstmSequences<kSeqs>& seqs, cudaStream_t stream) {
+    if (!cluster_path_usable<H, Units, kSeqs>(stream)) return false;
     cudaLaunchAttribute attr{};
     const cudaLaunchConfig_t config = cluster_config<H, Units>(stream, &attr);
     const cudaError_t launched =
-        cudaLaunchKernelEx(&config, lstm_cluster_kernel<H, Units>, gx, w_hh, out, T);
+        cudaLaunchKernelEx(&config, lstm_cluster_kernel<H, Units, kSeqs>, gx, w_hh, out, seqs);
     KOKORO_CHECK_LAUNCH("lstm_cluster_kernel");  // reads and clears the launch's own error
     KOKORO_CUDA_CHECK(launched);
     return true;
@@ -365,21 +427,45 @@ bool launch_cluster(const float* gx, const float* w_hh, float* out, int T, cudaS
 // shared_gpu.h) the portable one, whose blocks find free SMs in a GPC
 // sooner beside the other lanes' kernels (the same sums: a unit's lanes
 // and columns do not depend on the units per block).
-template <int H>
-bool launch_widest_cluster(const float* gx, const float* w_hh, float* out, int T, int max_blocks,
-                           cudaStream_t stream) {
+template <int H, int kSeqs>
+bool launch_widest_cluster(const float* gx, const float* w_hh, float* out,
+                           const LstmSequences<kSeqs>& seqs, int max_blocks, cudaStream_t stream) {
     return (!gpu_shared() && H / kUnitsWide <= max_blocks &&
-            launch_cluster<H, kUnitsWide>(gx, w_hh, out, T, stream)) ||
+            launch_cluster<H, kUnitsWide>(gx, w_hh, out, seqs, stream)) ||
            (H / kUnitsPortable <= max_blocks &&
-            launch_cluster<H, kUnitsPortable>(gx, w_hh, out, T, stream));
+            launch_cluster<H, kUnitsPortable>(gx, w_hh, out, seqs, stream));
 }
 
-bool launch_cluster_any(int H, const float* gx, const float* w_hh, float* out, int T,
-                        int max_blocks, cudaStream_t stream) {
+// One launch of `count` (1 .. kStackedSequences) sequences: a lone one on
+// the kernel of one sequence (its registers and per-step work), several on
+// the stacked kernel, absent places at length 0.
+template <int H>
+bool launch_cluster_stack(const float* gx, const float* w_hh, float* out, const int* offsets,
+                          const int* lengths, int count, int max_blocks, cudaStream_t stream) {
+    if (count == 1) {
+        return launch_widest_cluster<H>(gx, w_hh, out, LstmSequences<1>{{offsets[0]}, {lengths[0]}},
+                                        max_blocks, stream);
+    }
+    LstmSequences<kStackedSequences> seqs{};
+    for (int i = 0; i < count; ++i) {
+        seqs.offset[i] = offsets[i];
+        seqs.length[i] = lengths[i];
+    }
+    return launch_widest_cluster<H>(gx, w_hh, out, seqs, max_blocks, stream);
+}
+
+bool launch_cluster_any(int H, const float* gx, const float* w_hh, float* out, const int* offsets,
+                        const int* lengths, int count, int max_blocks, cudaStream_t stream) {
     switch (H) {
-        case 64: return launch_widest_cluster<64>(gx, w_hh, out, T, max_blocks, stream);
-        case 128: return launch_widest_cluster<128>(gx, w_hh, out, T, max_blocks, stream);
-        case 256: return launch_widest_cluster<256>(gx, w_hh, out, T, max_blocks, stream);
+        case 64:
+            return launch_cluster_stack<64>(gx, w_hh, out, offsets, lengths, count, max_blocks,
+                                            stream);
+        case 128:
+            return launch_cluster_stack<128>(gx, w_hh, out, offsets, lengths, count, max_blocks,
+                                             stream);
+        case 256:
+            return launch_cluster_stack<256>(gx, w_hh, out, offsets, lengths, count, max_blocks,
+                                             stream);
         default: return false;
     }
 }
@@ -393,21 +479,46 @@ void lstm_bidirectional(cublasHandle_t handle, const float* x, const float* w_ih
                         float* scratch, cudaStream_t stream, int max_cluster_blocks) {
     if (T == 0) return;
     linear(handle, x, w_ih, b, scratch, T, In, 8 * H, stream);
-    lstm_recurrence(scratch, w_hh, out, T, H, stream, max_cluster_blocks);
+    lstm_recurrence(scratch, w_hh, out, {T}, H, stream, max_cluster_blocks);
 }
 
-void lstm_recurrence(const float* gx, const float* w_hh, float* out, int T, int H,
-                     cudaStream_t stream, int max_cluster_blocks) {
-    if (T == 0) return;
-    if (launch_cluster_any(H, gx, w_hh, out, T, max_cluster_blocks, stream)) return;
-    const size_t shared_bytes = size_t(6) * H * sizeof(float);
-    if (shared_bytes > kDefaultSharedBytes) {
-        KOKORO_CUDA_CHECK(cudaFuncSetAttribute(lstm_block_kernel,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               int(shared_bytes)));
+void lstm_recurrence(const float* gx, const float* w_hh, float* out,
+                     const std::vector<int>& lengths, int H, cudaStream_t stream,
+                     int max_cluster_blocks) {
+    // The sequences that have steps, by their first rows; launches of up to
+    // kStackedSequences of them.
+    std::vector<int> offsets, steps;
+    int row = 0;
+    for (const int T : lengths) {
+        if (T < 0) {
+            throw CudaError("lstm_recurrence: a sequence of " + std::to_string(T) + " steps");
+        }
+        if (T > 0) {
+            offsets.push_back(row);
+            steps.push_back(T);
+        }
+        row += T;
     }
-    lstm_block_kernel<<<2, kFallbackThreads, shared_bytes, stream>>>(gx, w_hh, out, T, H);
-    KOKORO_CHECK_LAUNCH("lstm_block_kernel");
+    const int n = int(steps.size());
+    for (int first = 0; first < n; first += kStackedSequences) {
+        const int count = std::min(kStackedSequences, n - first);
+        if (launch_cluster_any(H, gx, w_hh, out, &offsets[first], &steps[first], count,
+                               max_cluster_blocks, stream)) {
+            continue;
+        }
+        const size_t shared_bytes = size_t(6) * H * sizeof(float);
+        if (shared_bytes > kDefaultSharedBytes) {
+            KOKORO_CUDA_CHECK(cudaFuncSetAttribute(lstm_block_kernel,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   int(shared_bytes)));
+        }
+        for (int i = first; i < first + count; ++i) {
+            lstm_block_kernel<<<2, kFallbackThreads, shared_bytes, stream>>>(
+                gx + int64_t(offsets[i]) * 8 * H, w_hh, out + int64_t(offsets[i]) * 2 * H,
+                steps[i], H);
+            KOKORO_CHECK_LAUNCH("lstm_block_kernel");
+        }
+    }
 }
 
 }  // namespace kokoro::ops

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -285,21 +286,29 @@ struct Trace {
     std::map<std::string, std::vector<int64_t>> ints;
 };
 
+// The split linears' shapes (in, out) that stacked tokens have met (a
+// lane's: TokenRows).
+using SplitShapes = std::set<std::pair<int, int>>;
+
 // The token rows a token-rate layer runs on: one utterance's T, or several
-// utterances' stacked (a batch's grouped ALBERT and bert_encoder: utterance
-// i at rows offset(i) .. offset(i) + length(i) - 1). Row-wise ops take a
-// stack as more rows. Its device tables (workspace slots "tokens.*", uploaded
-// on the given stream, so only outside a graph capture) give each row its
-// position within its utterance and, per linear shape, the split plan a call
-// on its utterance alone would take (ops::linear_split_half's row_chunks):
-// every row then has the bits of that call.
+// utterances' stacked (a batch's group: utterance i at rows offset(i) ..
+// offset(i) + length(i) - 1). Row-wise ops take a stack as more rows. Its
+// device tables (workspace slots "tokens.*", uploaded on the given stream)
+// give each row its position within its utterance and, per linear shape,
+// the split plan a call on its utterance alone would take (ops::
+// linear_split_half's row_chunks): every row then has the bits of that
+// call. The tables of every shape in `shapes` are uploaded when the rows
+// are made, and a shape met later joins it: the uploads cannot go into a
+// graph capture, which therefore needs a pass over the same shapes before
+// it (Lane::run_phase's first sight of a key runs uncaptured).
 class TokenRows {
 public:
     explicit TokenRows(int T) : lengths_{T}, offsets_{0}, rows_(T) {}
-    TokenRows(std::vector<int> lengths, Workspace& ws, cudaStream_t stream);
+    TokenRows(std::vector<int> lengths, Workspace& ws, cudaStream_t stream, SplitShapes& shapes);
     int rows() const { return rows_; }
     int count() const { return int(lengths_.size()); }
     int length(int i) const { return lengths_[i]; }
+    const std::vector<int>& lengths() const { return lengths_; }
     int offset(int i) const { return offsets_[i]; }
     bool stacked() const { return lengths_.size() > 1; }
     // Device [rows]: each row's position in its utterance (null: one utterance).
@@ -313,8 +322,16 @@ private:
     int rows_ = 0;
     Workspace* ws_ = nullptr;
     cudaStream_t stream_ = nullptr;
+    SplitShapes* shapes_ = nullptr;
     const int32_t* positions_ = nullptr;
     mutable std::map<std::pair<int, int>, const int32_t*> row_chunks_;
+};
+
+// One utterance's style on the device: ref_s's prosody half s
+// [style_dim] and the style projections of each bank (Context::style_out).
+struct UtteranceStyle {
+    const float* s;
+    const float* projections[2];
 };
 
 struct Context {
@@ -358,6 +375,13 @@ struct Context {
     Context with_tokens(const TokenRows& t) const {
         Context c = *this;
         c.tokens = &t;
+        return c;
+    }
+    // The same with `style`'s projections (Context::style).
+    Context with_style(const UtteranceStyle& style) const {
+        Context c = *this;
+        c.style_out[0] = style.projections[0];
+        c.style_out[1] = style.projections[1];
         return c;
     }
     // The same stream with `other`'s workspace slots: only where other's
@@ -496,7 +520,8 @@ struct Context {
     // before it); other weights' GEMMs write y.
     ops::SplitSums linear_sums(const std::string& prefix, const float* x, float* y, int rows,
                                int in, int out, float beta = 0.f) const;
-    // Bidirectional LSTM `prefix`: x [T, In] -> out [T, 2H].
+    // Bidirectional LSTM `prefix`: x [T, In] -> out [T, 2H]; with stacked
+    // tokens (T their rows) every utterance's sequence on its own rows.
     void lstm(const std::string& prefix, const float* x, float* out, int T) const;
 
 private:
@@ -516,14 +541,17 @@ private:
 void albert_forward(const Context& ctx, const int32_t* ids, const TokenRows& tokens, float* out);
 
 // ------------------------------------------------------------ prosody.cu
-// Duration encoder: d_en_rows [T, hidden] (time-major bert_encoder output)
-// and the prosody style s [style_dim] -> d [T, hidden + style_dim].
-void duration_encoder_forward(const Context& ctx, const float* d_en_rows, const float* s, int T,
+// Duration encoder: d_en_rows [rows, hidden] (time-major bert_encoder
+// output) and each utterance's style (its prosody style s [style_dim] and
+// style projections) -> d [rows, hidden + style_dim]; every utterance of
+// `tokens` on its own rows.
+void duration_encoder_forward(const Context& ctx, const TokenRows& tokens,
+                              const std::vector<UtteranceStyle>& styles, const float* d_en_rows,
                               float* d);
-// Duration head: d [T, hidden + style] -> dur_lstm [T, hidden] and duration
-// logits [T, max_dur].
-void duration_head_forward(const Context& ctx, const float* d, int T, float* dur_lstm,
-                           float* logits);
+// Duration head: d [rows, hidden + style] -> dur_lstm [rows, hidden] and
+// duration logits [rows, max_dur].
+void duration_head_forward(const Context& ctx, const TokenRows& tokens, const float* d,
+                           float* dur_lstm, float* logits);
 // F0Ntrain: en_rows [F, hidden + style] (time-major) -> f0 [2F], n [2F].
 // The shared LSTM and the F0 stack run on `ctx`, the N stack concurrently on
 // `n_ctx`, their blocks' shortcuts on `f0_lane` and `n_lane`
@@ -532,8 +560,10 @@ void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_lan
                  const Context& n_lane, const float* en_rows, int F, float* f0, float* n);
 
 // ------------------------------------------------------- text_encoder.cu
-// Text encoder: ids [T] -> t_en [hidden, T].
-void text_encoder_forward(const Context& ctx, const int32_t* ids, int T, float* t_en);
+// Text encoder: ids [rows] -> t_en, utterance u's [hidden, T_u] at hidden x
+// its first row (back to back, each channels-first).
+void text_encoder_forward(const Context& ctx, const int32_t* ids, const TokenRows& tokens,
+                          float* t_en);
 
 // ------------------------------------------------------------ decoder.cu
 // AdainResBlk1d `prefix`: x [c_in, T] -> out [c_out, T or 2T] (out may not

@@ -518,11 +518,15 @@ void lstm_bidirectional(cublasHandle_t handle, const float* x, const float* w_ih
                         const float* w_hh, const float* b, float* out, int T, int In, int H,
                         float* scratch, cudaStream_t stream, int max_cluster_blocks = 16);
 int64_t lstm_scratch_floats(int T, int H);
-// The recurrence alone, on input projections gx [T, 8H] (both directions'
-// gates, bias included) computed by the caller: lstm_bidirectional's second
-// half.
-void lstm_recurrence(const float* gx, const float* w_hh, float* out, int T, int H,
-                     cudaStream_t stream, int max_cluster_blocks = 16);
+// The recurrence alone, on input projections gx (both directions' gates,
+// bias included) computed by the caller: lstm_bidirectional's second half.
+// Sequences stacked as rows: sequence i's steps are the next lengths[i] rows
+// of gx [rows, 8H] and out [rows, 2H] (a batch's group: up to four recur in
+// one launch, which reads W_hh once per step for all; each sequence's bits
+// are those of its own call).
+void lstm_recurrence(const float* gx, const float* w_hh, float* out,
+                     const std::vector<int>& lengths, int H, cudaStream_t stream,
+                     int max_cluster_blocks = 16);
 
 // ------------------------------------------------------------- attention.cu
 // Bidirectional multi-head attention on packed projections:
