@@ -45,6 +45,7 @@
 //   of their durations; then each utterance's frame graph, its token
 //   outputs moved into the slots that the graph reads).
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <climits>
 #include <cmath>
@@ -989,6 +990,9 @@ private:
     ForwardResult frames(const Utterance& u, std::vector<int32_t> durations, Trace* trace);
     // style_out_, sized for the style banks.
     void take_style_slots();
+    // Each style bank's projections of ref_s [2 * style_dim] into
+    // projections[bank] (its rows), on ctx's stream.
+    void project_style(const Context& ctx, const float* ref_s, float* const projections[2]) const;
     // Enqueues `body(stft)` on the main stream: a replay of the graph cached
     // under `key`, else uncaptured on a key's first sight (or with a trace),
     // else captured (after `prepare(entry)`) and launched.
@@ -1127,6 +1131,17 @@ void Lane::take_style_slots() {
     }
 }
 
+void Lane::project_style(const Context& ctx, const float* ref_s,
+                         float* const projections[2]) const {
+    for (int half = 0; half < 2; ++half) {
+        const DeviceWeights::StyleBank& bank = weights_.style_bank(static_cast<StyleHalf>(half));
+        if (bank.rows > 0) {
+            ops::linear(ctx.blas, ref_s + half * cfg_.style_dim, bank.weight, bank.bias,
+                        projections[half], 1, cfg_.style_dim, bank.rows, ctx.stream);
+        }
+    }
+}
+
 void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
     if (n == 1) {
         results[0] = run(first[0], nullptr);
@@ -1171,23 +1186,17 @@ void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
     // The token phase of the whole group: Lane::run's, stacked (a graph per
     // group of these lengths).
     std::vector<UtteranceStyle> styles(n);
+    std::vector<std::array<float*, 2>> utterance_projections(n);
     for (size_t i = 0; i < n; ++i) {
         styles[i].s = style + int64_t(i) * 2 * sd + sd;
         for (int half = 0; half < 2; ++half) {
-            styles[i].projections[half] = projections[half] + int64_t(i) * bank_rows[half];
+            utterance_projections[i][half] = projections[half] + int64_t(i) * bank_rows[half];
+            styles[i].projections[half] = utterance_projections[i][half];
         }
     }
     run_phase(token_graphs_, key, true, [](CachedGraph&) {}, [&](ops::Stft&) {
         for (size_t i = 0; i < n; ++i) {
-            for (int half = 0; half < 2; ++half) {
-                const DeviceWeights::StyleBank& bank =
-                    weights_.style_bank(static_cast<StyleHalf>(half));
-                if (bank.rows > 0) {
-                    ops::linear(ctx.blas, style + int64_t(i) * 2 * sd + half * sd, bank.weight,
-                                bank.bias, projections[half] + int64_t(i) * bank.rows, 1, sd,
-                                bank.rows, main);
-                }
-            }
+            project_style(ctx, style + int64_t(i) * 2 * sd, utterance_projections[i].data());
         }
         albert_forward(ctx, ids_dev, tokens, bert);
         side.wait_for(ctx);
@@ -1211,14 +1220,14 @@ void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
     // Each utterance's frame phase, from its token outputs moved into the
     // slots that the frame graphs read.
     take_style_slots();
+    auto move = [&](void* to, const void* from, size_t bytes) {
+        KOKORO_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, main));
+    };
     for (size_t i = 0; i < n; ++i) {
         const int T = tokens.length(int(i));
         const int64_t row = tokens.offset(int(i));
-        auto move = [&](void* to, const void* from, size_t bytes) {
-            KOKORO_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, main));
-        };
         for (int half = 0; half < 2; ++half) {
-            move(style_out_[half], projections[half] + int64_t(i) * bank_rows[half],
+            move(style_out_[half], utterance_projections[i][half],
                  sizeof(float) * bank_rows[half]);
         }
         move(ws_.floats("engine.d", int64_t(T) * width), d + row * width,
@@ -1265,14 +1274,7 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
     const TokenRows tokens(T);
     const std::vector<UtteranceStyle> styles{{style + sd, {style_out_[0], style_out_[1]}}};
     run_phase(token_graphs_, {T}, capture, [](CachedGraph&) {}, [&](ops::Stft&) {
-        for (int half = 0; half < 2; ++half) {
-            const DeviceWeights::StyleBank& bank =
-                weights_.style_bank(static_cast<StyleHalf>(half));
-            if (bank.rows > 0) {
-                ops::linear(ctx.blas, style + half * sd, bank.weight, bank.bias, style_out_[half],
-                            1, sd, bank.rows, main);
-            }
-        }
+        project_style(ctx, style, style_out_);
         albert_forward(ctx, ids_dev, tokens, bert);
         ctx.mark("style projections, ALBERT");
         ctx.record("bert", bert, {T, cfg_.bert_hidden});

@@ -11,7 +11,6 @@
 // lstm_recurrence), the AdaLayerNorms and the duration projection per
 // utterance with its own style: every utterance's bits are those of its own
 // call.
-#include <algorithm>
 #include <vector>
 
 #include "kokoro/model.h"
@@ -29,8 +28,7 @@ void duration_encoder_forward(const Context& ctx, const TokenRows& tokens,
     const int sd = ctx.cfg.style_dim;
     const int width = hid + sd;
     const int rows = tokens.rows();
-    int longest = 0;
-    for (int u = 0; u < tokens.count(); ++u) longest = std::max(longest, tokens.length(u));
+    const int longest = tokens.longest();
     // d = [d_en^T | s on every row], built channels-first (s broadcast over
     // time by nearest upsampling) and transposed; the style columns never change.
     float* channels_first = ctx.floats("prosody.encoder_in", int64_t(width) * longest);

@@ -6,7 +6,6 @@
 // all of their rows at once (its recurrences side by side: ops::
 // lstm_recurrence), the convolutions per utterance, each with its own
 // padding; every utterance's bits are those of its own call.
-#include <algorithm>
 
 #include "kokoro/model.h"
 
@@ -22,8 +21,7 @@ void text_encoder_forward(const Context& ctx, const int32_t* ids, const TokenRow
     const int C = ctx.cfg.hidden_dim;
     const int K = ctx.cfg.text_encoder_kernel_size;
     const int rows = tokens.rows();
-    int longest = 0;
-    for (int u = 0; u < tokens.count(); ++u) longest = std::max(longest, tokens.length(u));
+    const int longest = tokens.longest();
 
     float* stacked = ctx.floats("text.rows", int64_t(rows) * C);
     ops::embedding(ids, ctx.w("text_encoder.embedding.weight", int64_t(ctx.cfg.n_token) * C),

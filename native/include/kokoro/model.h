@@ -26,6 +26,7 @@
 // AdainResBlk1d), generator.cu; engine.cu runs them in order.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -309,6 +310,7 @@ public:
     int count() const { return int(lengths_.size()); }
     int length(int i) const { return lengths_[i]; }
     const std::vector<int>& lengths() const { return lengths_; }
+    int longest() const { return *std::max_element(lengths_.begin(), lengths_.end()); }
     int offset(int i) const { return offsets_[i]; }
     bool stacked() const { return lengths_.size() > 1; }
     // Device [rows]: each row's position in its utterance (null: one utterance).
