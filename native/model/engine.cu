@@ -31,9 +31,9 @@
 //             (into a page-locked block of the engine's PinnedPool, which the
 //             result keeps).
 //   Each phase runs as a CUDA graph replay once its key has been seen
-//   before (tokens: T; frames: T, F, deterministic; both: whether the
-//   lane's thread shares the
-//   GPU, as a batch on several lanes does: launch.cuh); the seed reaches the
+//   before (tokens: T, or a group's lengths; frames: T, F, deterministic;
+//   all: whether the lane's thread shares the GPU, as a batch on several
+//   lanes does: launch.cuh); the seed reaches the
 //   source through device memory, so replays take a new one. A graph is
 //   stale once the workspace generation has moved on (a buffer it uses was
 //   replaced) and is then captured again. A trace runs everything uncaptured.
@@ -41,9 +41,9 @@
 //   GiB of the GPU's memory, four at least); forward() uses lane 0,
 //   forward_batch() one host thread per lane, pulling groups of utterances
 //   in turn (precision fast: a group's token phase runs once on all of its
-//   tokens, uncaptured, its LSTMs' recurrences side by side; one read-back
-//   of their durations; then each utterance's frame graph, its token
-//   outputs moved into the slots that the graph reads).
+//   tokens, its LSTMs' recurrences side by side; one read-back of their
+//   durations; then each utterance's frame graph, its token outputs moved
+//   into the slots that the graph reads).
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -973,9 +973,9 @@ public:
     // One utterance: its token phase, the durations read back, frames().
     ForwardResult run(const Utterance& u, Trace* trace);
     // Utterances first .. first + n - 1 into results: one token phase for
-    // all of their tokens (stacked, uncaptured: ALBERT, bert_encoder and
-    // every LSTM once for the group), one read-back of their durations,
-    // then each one's frames().
+    // all of their tokens (stacked: ALBERT, bert_encoder and every LSTM once
+    // for the group; a graph per group's lengths), one read-back of their
+    // durations, then each one's frames().
     void run_group(const Utterance* first, size_t n, ForwardResult* results);
     size_t workspace_bytes() const { return ws_.bytes(); }
     // Phase timing on or off; the cached graphs (with or without marks) go.
