@@ -45,7 +45,6 @@
 //   durations; then each utterance's frame graph, its token outputs moved
 //   into the slots that the graph reads).
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <climits>
 #include <cmath>
@@ -990,9 +989,21 @@ private:
     ForwardResult frames(const Utterance& u, std::vector<int32_t> durations, Trace* trace);
     // style_out_, sized for the style banks.
     void take_style_slots();
-    // Each style bank's projections of ref_s [2 * style_dim] into
-    // projections[bank] (its rows), on ctx's stream.
-    void project_style(const Context& ctx, const float* ref_s, float* const projections[2]) const;
+    // Where token_pass writes, per token row: bert [rows, bert_hidden],
+    // d_en_rows [rows, hidden], d [rows, hidden + style], dur_lstm [rows,
+    // hidden], logits [rows, max_dur]; t_en, utterance u's [hidden, T_u] at
+    // hidden x its first row.
+    struct TokenOutputs {
+        float *bert, *d_en_rows, *d, *dur_lstm, *logits, *t_en;
+    };
+    // The token phase of `tokens`' utterances (one, or a batch's group
+    // stacked) on ctx's stream and `side`'s: each one's style projections
+    // (of ref_s [count, 2 * style_dim] into its styles[u].projections),
+    // ALBERT, then the text encoder (side) || bert_encoder, the duration
+    // encoder and head.
+    void token_pass(const Context& ctx, const Context& side, const int32_t* ids,
+                    const float* ref_s, const TokenRows& tokens,
+                    const std::vector<UtteranceStyle>& styles, const TokenOutputs& out) const;
     // Enqueues `body(stft)` on the main stream: a replay of the graph cached
     // under `key`, else uncaptured on a key's first sight (or with a trace),
     // else captured (after `prepare(entry)`) and launched.
@@ -1131,15 +1142,43 @@ void Lane::take_style_slots() {
     }
 }
 
-void Lane::project_style(const Context& ctx, const float* ref_s,
-                         float* const projections[2]) const {
-    for (int half = 0; half < 2; ++half) {
-        const DeviceWeights::StyleBank& bank = weights_.style_bank(static_cast<StyleHalf>(half));
-        if (bank.rows > 0) {
-            ops::linear(ctx.blas, ref_s + half * cfg_.style_dim, bank.weight, bank.bias,
-                        projections[half], 1, cfg_.style_dim, bank.rows, ctx.stream);
+void Lane::token_pass(const Context& ctx, const Context& side, const int32_t* ids,
+                      const float* ref_s, const TokenRows& tokens,
+                      const std::vector<UtteranceStyle>& styles, const TokenOutputs& out) const {
+    const int sd = cfg_.style_dim, hid = cfg_.hidden_dim, rows = tokens.rows();
+    for (int u = 0; u < tokens.count(); ++u) {
+        for (int half = 0; half < 2; ++half) {
+            const DeviceWeights::StyleBank& bank =
+                weights_.style_bank(static_cast<StyleHalf>(half));
+            if (bank.rows > 0) {
+                ops::linear(ctx.blas, ref_s + int64_t(u) * 2 * sd + half * sd, bank.weight,
+                            bank.bias, styles[u].projections[half], 1, sd, bank.rows, ctx.stream);
+            }
         }
     }
+    albert_forward(ctx, ids, tokens, out.bert);
+    ctx.mark("style projections, ALBERT");
+    ctx.record("bert", out.bert, {rows, cfg_.bert_hidden});
+    // The text encoder (needed by the frame phase) beside the duration
+    // path, whose serial LSTMs leave most SMs free, rather than beside
+    // ALBERT's GEMMs, which its LSTM's 32 SMs slowed.
+    side.wait_for(ctx);
+    text_encoder_forward(side, ids, tokens, out.t_en);
+    side.mark("text encoder (side stream)");
+    ctx.with_tokens(tokens).linear("bert_encoder", out.bert, out.d_en_rows, rows,
+                                   cfg_.bert_hidden, hid);
+    if (ctx.trace != nullptr) {
+        float* d_en = ctx.floats("trace.d_en", int64_t(hid) * rows);
+        ops::transpose(out.d_en_rows, d_en, rows, hid, ctx.stream);
+        ctx.record("d_en", d_en, {hid, rows});
+    }
+    duration_encoder_forward(ctx, tokens, styles, out.d_en_rows, out.d);
+    ctx.mark("bert_encoder, duration encoder");
+    ctx.record("d", out.d, {rows, hid + sd});
+    duration_head_forward(ctx, tokens, out.d, out.dur_lstm, out.logits);
+    ctx.mark("duration head");
+    ctx.record("dur_lstm", out.dur_lstm, {rows, hid});
+    ctx.wait_for(side);
 }
 
 void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
@@ -1186,26 +1225,15 @@ void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
     // The token phase of the whole group: Lane::run's, stacked (a graph per
     // group of these lengths).
     std::vector<UtteranceStyle> styles(n);
-    std::vector<std::array<float*, 2>> utterance_projections(n);
     for (size_t i = 0; i < n; ++i) {
         styles[i].s = style + int64_t(i) * 2 * sd + sd;
         for (int half = 0; half < 2; ++half) {
-            utterance_projections[i][half] = projections[half] + int64_t(i) * bank_rows[half];
-            styles[i].projections[half] = utterance_projections[i][half];
+            styles[i].projections[half] = projections[half] + int64_t(i) * bank_rows[half];
         }
     }
     run_phase(token_graphs_, key, true, [](CachedGraph&) {}, [&](ops::Stft&) {
-        for (size_t i = 0; i < n; ++i) {
-            project_style(ctx, style + int64_t(i) * 2 * sd, utterance_projections[i].data());
-        }
-        albert_forward(ctx, ids_dev, tokens, bert);
-        side.wait_for(ctx);
-        text_encoder_forward(side, ids_dev, tokens, t_en);
-        ctx.with_tokens(tokens).linear("bert_encoder", bert, d_en_rows, rows, cfg_.bert_hidden,
-                                       hid);
-        duration_encoder_forward(ctx, tokens, styles, d_en_rows, d);
-        duration_head_forward(ctx, tokens, d, dur_lstm, logits);
-        ctx.wait_for(side);
+        token_pass(ctx, side, ids_dev, style, tokens, styles,
+                   {bert, d_en_rows, d, dur_lstm, logits, t_en});
     });
     for (size_t i = 0; i < n; ++i) {
         const int64_t row = tokens.offset(int(i));
@@ -1227,8 +1255,7 @@ void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
         const int T = tokens.length(int(i));
         const int64_t row = tokens.offset(int(i));
         for (int half = 0; half < 2; ++half) {
-            move(style_out_[half], utterance_projections[i][half],
-                 sizeof(float) * bank_rows[half]);
+            move(style_out_[half], styles[i].projections[half], sizeof(float) * bank_rows[half]);
         }
         move(ws_.floats("engine.d", int64_t(T) * width), d + row * width,
              sizeof(float) * T * width);
@@ -1274,29 +1301,8 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
     const TokenRows tokens(T);
     const std::vector<UtteranceStyle> styles{{style + sd, {style_out_[0], style_out_[1]}}};
     run_phase(token_graphs_, {T}, capture, [](CachedGraph&) {}, [&](ops::Stft&) {
-        project_style(ctx, style, style_out_);
-        albert_forward(ctx, ids_dev, tokens, bert);
-        ctx.mark("style projections, ALBERT");
-        ctx.record("bert", bert, {T, cfg_.bert_hidden});
-        // The text encoder (needed by the frame phase) beside the duration
-        // path, whose serial LSTMs leave most SMs free, rather than beside
-        // ALBERT's GEMMs, which its LSTM's 32 SMs slowed.
-        side.wait_for(ctx);
-        text_encoder_forward(side, ids_dev, tokens, t_en);
-        side.mark("text encoder (side stream)");
-        ctx.linear("bert_encoder", bert, d_en_rows, T, cfg_.bert_hidden, hid);
-        if (trace != nullptr) {
-            float* d_en = ctx.floats("trace.d_en", int64_t(hid) * T);
-            ops::transpose(d_en_rows, d_en, T, hid, main);
-            ctx.record("d_en", d_en, {hid, T});
-        }
-        duration_encoder_forward(ctx, tokens, styles, d_en_rows, d);
-        ctx.mark("bert_encoder, duration encoder");
-        ctx.record("d", d, {T, width});
-        duration_head_forward(ctx, tokens, d, dur_lstm, logits);
-        ctx.mark("duration head");
-        ctx.record("dur_lstm", dur_lstm, {T, hid});
-        ctx.wait_for(side);
+        token_pass(ctx, side, ids_dev, style, tokens, styles,
+                   {bert, d_en_rows, d, dur_lstm, logits, t_en});
     });
 
     // The one mid-pass read-back: the durations (from the logits and the

@@ -333,7 +333,7 @@ private:
 // [style_dim] and the style projections of each bank (Context::style_out).
 struct UtteranceStyle {
     const float* s;
-    const float* projections[2];
+    float* projections[2];
 };
 
 struct Context {
