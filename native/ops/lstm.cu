@@ -38,9 +38,12 @@
 //   Stacked sequences (a batch's group: lstm_recurrence's lengths) recur up
 //   to kStackedSequences per launch, each lane's W_hh slice serving all of
 //   them (their own h buffers, cell states and rows; the mbarrier counts
-//   the live ones' bytes): a step of four costs ~2.6x one's (ncu, H = 256,
-//   8 blocks), and each sequence's arithmetic is its lone call's, so the
-//   same bits.
+//   the live ones' bytes): a step of four costs ~2.25x one's (ncu, H = 256,
+//   8 blocks, 157 steps: 295 against 131 us; 2.6x while each gate chain's
+//   reciprocal had a branch, which kept the four chains from interleaving;
+//   each sequence's products run beside the previous one's gates instead,
+//   on mbarriers of its own: 379 us), and each sequence's arithmetic is its
+//   lone call's, so the same bits.
 // - Fallback (no clusters, other H): one block per direction; each warp
 //   computes whole gate rows of W_hh @ h with lanes striding the contiguous
 //   row, so W_hh (1 MB per direction at H = 256) streams from L2 every step;
@@ -76,11 +79,22 @@ constexpr int kUnitsWide = 16, kUnitsPortable = 32;
 // Sequences of a stack (lstm_recurrence) per cluster launch.
 constexpr int kStackedSequences = 4;
 
+// 1 / x for x in [1, 2], correctly rounded: __frcp_rn's own fast path (the
+// approximate reciprocal and one Newton step, taken for every operand of
+// normal exponent), without its call to the slow path for the others. That
+// branch split a stacked step's gate chains into one block per sequence,
+// which ptxas then could not interleave.
+__device__ float reciprocal_one_to_two(float x) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return fmaf(r, -fmaf(x, r, -1.f), r);
+}
+
 // 1 / (1 + e^-x) without overflow; the reciprocal correctly rounded, not a
 // full division (fewer instructions on the recurrence's critical path).
 __device__ float sigmoid(float x) {
     const float e = expf(-fabsf(x));
-    const float r = __frcp_rn(1.f + e);
+    const float r = reciprocal_one_to_two(1.f + e);
     return x >= 0.f ? r : e * r;
 }
 
