@@ -795,7 +795,7 @@ void Context::linear(const std::string& prefix, const float* x, float* y, int ro
 
 TokenRows::TokenRows(std::vector<int> lengths, Workspace& ws, cudaStream_t stream,
                      SplitShapes& shapes)
-    : lengths_(std::move(lengths)), ws_(&ws), stream_(stream), shapes_(&shapes) {
+    : lengths_(std::move(lengths)), ws_(&ws), shapes_(&shapes) {
     std::vector<int32_t> positions;
     for (const int T : lengths_) {
         offsets_.push_back(rows_);
@@ -807,10 +807,10 @@ TokenRows::TokenRows(std::vector<int> lengths, Workspace& ws, cudaStream_t strea
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(dev, positions.data(), sizeof(int32_t) * rows_,
                                       cudaMemcpyHostToDevice, stream));
     positions_ = dev;
-    for (const auto& [in, out] : SplitShapes(shapes)) row_chunks(in, out);
+    for (const auto& [in, out] : SplitShapes(shapes)) row_chunks(in, out, stream);
 }
 
-const int32_t* TokenRows::row_chunks(int in, int out) const {
+const int32_t* TokenRows::row_chunks(int in, int out, cudaStream_t stream) const {
     if (!stacked()) return nullptr;
     const auto key = std::make_pair(in, out);
     const auto found = row_chunks_.find(key);
@@ -819,7 +819,7 @@ const int32_t* TokenRows::row_chunks(int in, int out) const {
     int32_t* dev = ws_->ints("tokens.row_chunks." + std::to_string(in) + "x" + std::to_string(out),
                              rows_);
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(dev, chunks.data(), sizeof(int32_t) * rows_,
-                                      cudaMemcpyHostToDevice, stream_));
+                                      cudaMemcpyHostToDevice, stream));
     row_chunks_.emplace(key, dev);
     shapes_->insert(key);
     return dev;
@@ -831,7 +831,7 @@ Context::SplitPlans Context::split_plans(int rows, int in, int out) const {
         if (rows != tokens->rows()) {
             throw std::logic_error("a split linear on stacked tokens takes all of their rows");
         }
-        p.row_chunks = tokens->row_chunks(in, out);
+        p.row_chunks = tokens->row_chunks(in, out, stream);
     }
     p.scratch = floats("ops.scratch",
                        ops::linear_split_half_scratch_floats(rows, in, out, ops::HalfKernel::kBest,

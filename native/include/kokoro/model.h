@@ -294,7 +294,8 @@ using SplitShapes = std::set<std::pair<int, int>>;
 // The token rows a token-rate layer runs on: one utterance's T, or several
 // utterances' stacked (a batch's group: utterance i at rows offset(i) ..
 // offset(i) + length(i) - 1). Row-wise ops take a stack as more rows. Its
-// device tables (workspace slots "tokens.*", uploaded on the given stream)
+// device tables (workspace slots "tokens.*", uploaded on the given stream,
+// or a shape's on the stream of the op that first reads it: row_chunks)
 // give each row its position within its utterance and, per linear shape,
 // the split plan a call on its utterance alone would take (ops::
 // linear_split_half's row_chunks): every row then has the bits of that
@@ -316,14 +317,16 @@ public:
     // Device [rows]: each row's position in its utterance (null: one utterance).
     const int32_t* positions() const { return positions_; }
     // Device [rows]: each row's reduction chunks per split for a split linear
-    // in -> out (null: one utterance, the linear plans its own).
-    const int32_t* row_chunks(int in, int out) const;
+    // in -> out (null: one utterance, the linear plans its own). A shape met
+    // here first is uploaded on `stream`, that of the op that reads it (the
+    // text encoder's LSTM runs on the side stream: uploaded on the main
+    // stream, its table could land after the side stream's GEMM read it).
+    const int32_t* row_chunks(int in, int out, cudaStream_t stream) const;
 
 private:
     std::vector<int> lengths_, offsets_;
     int rows_ = 0;
     Workspace* ws_ = nullptr;
-    cudaStream_t stream_ = nullptr;
     SplitShapes* shapes_ = nullptr;
     const int32_t* positions_ = nullptr;
     mutable std::map<std::pair<int, int>, const int32_t*> row_chunks_;
