@@ -41,9 +41,9 @@
 //   the live ones' bytes): a step of four costs ~2.25x one's (ncu, H = 256,
 //   8 blocks, 157 steps: 295 against 131 us; 2.6x while each gate chain's
 //   reciprocal had a branch, which kept the four chains from interleaving;
-//   each sequence's products run beside the previous one's gates instead,
-//   on mbarriers of its own: 379 us), and each sequence's arithmetic is its
-//   lone call's, so the same bits.
+//   the sequences pipelined instead, each one's products beside the previous
+//   one's gates on mbarriers of its own, took 379 us), and each sequence's
+//   arithmetic is its lone call's, so the same bits.
 // - Fallback (no clusters, other H): one block per direction; each warp
 //   computes whole gate rows of W_hh @ h with lanes striding the contiguous
 //   row, so W_hh (1 MB per direction at H = 256) streams from L2 every step;

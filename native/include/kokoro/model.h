@@ -318,9 +318,10 @@ public:
     const int32_t* positions() const { return positions_; }
     // Device [rows]: each row's reduction chunks per split for a split linear
     // in -> out (null: one utterance, the linear plans its own). A shape met
-    // here first is uploaded on `stream`, that of the op that reads it (the
-    // text encoder's LSTM runs on the side stream: uploaded on the main
-    // stream, its table could land after the side stream's GEMM read it).
+    // here first is uploaded on `stream`, that of the op that reads it (a
+    // shape's linears all run on one stream; the text encoder's LSTM runs on
+    // the side stream: uploaded on the main stream, its table could land
+    // after the side stream's GEMM read it).
     const int32_t* row_chunks(int in, int out, cudaStream_t stream) const;
 
 private:
