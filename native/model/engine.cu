@@ -121,6 +121,25 @@ Trace::Array durations_before_rounding(const float* logits, int T, int max_dur, 
     return out;
 }
 
+// The one mid-pass read-back: each utterance of `tokens` (utterances[u],
+// rows from tokens.offset(u)) its durations from its logits and speed,
+// rounded on the device into dur (uncaptured: the frame graphs read them
+// there), then all of them to the host, which they size the frame axes for.
+std::vector<int32_t> read_back_durations(const float* logits, const TokenRows& tokens,
+                                         const Utterance* utterances, int max_dur, int32_t* dur,
+                                         cudaStream_t stream) {
+    for (int u = 0; u < tokens.count(); ++u) {
+        const int64_t row = tokens.offset(u);
+        ops::durations_from_logits(logits + row * max_dur, tokens.length(u), max_dur,
+                                   utterances[u].speed, dur + row, stream);
+    }
+    std::vector<int32_t> host(size_t(tokens.rows()));
+    KOKORO_CUDA_CHECK(cudaMemcpyAsync(host.data(), dur, sizeof(int32_t) * host.size(),
+                                      cudaMemcpyDeviceToHost, stream));
+    KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return host;
+}
+
 // The one tensor of x, for the layers that read a plain pointer (convs
 // without a tensor-core weight).
 const float* single(const ops::ScaledSum& x, const std::string& layer) {
@@ -1235,15 +1254,8 @@ void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
         token_pass(ctx, side, ids_dev, style, tokens, styles,
                    {bert, d_en_rows, d, dur_lstm, logits, t_en});
     });
-    for (size_t i = 0; i < n; ++i) {
-        const int64_t row = tokens.offset(int(i));
-        ops::durations_from_logits(logits + row * cfg_.max_dur, tokens.length(int(i)),
-                                   cfg_.max_dur, first[i].speed, dur + row, main);
-    }
-    std::vector<int32_t> dur_host(rows);
-    KOKORO_CUDA_CHECK(cudaMemcpyAsync(dur_host.data(), dur, sizeof(int32_t) * rows,
-                                      cudaMemcpyDeviceToHost, main));
-    KOKORO_CUDA_CHECK(cudaStreamSynchronize(main));
+    const std::vector<int32_t> dur_host =
+        read_back_durations(logits, tokens, first, cfg_.max_dur, dur, main);
 
     // Each utterance's frame phase, from its token outputs moved into the
     // slots that the frame graphs read.
@@ -1305,16 +1317,10 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
                    {bert, d_en_rows, d, dur_lstm, logits, t_en});
     });
 
-    // The one mid-pass read-back: the durations (from the logits and the
-    // speed, uncaptured) size the frame axis.
-    ops::durations_from_logits(logits, T, cfg_.max_dur, u.speed, dur, main);
+    std::vector<int32_t> dur_host = read_back_durations(logits, tokens, &u, cfg_.max_dur, dur, main);
     if (trace != nullptr) {
         trace->floats["dur_float"] = durations_before_rounding(logits, T, cfg_.max_dur, u.speed, main);
     }
-    std::vector<int32_t> dur_host(T);
-    KOKORO_CUDA_CHECK(
-        cudaMemcpyAsync(dur_host.data(), dur, sizeof(int32_t) * T, cudaMemcpyDeviceToHost, main));
-    KOKORO_CUDA_CHECK(cudaStreamSynchronize(main));
     return frames(u, std::move(dur_host), trace);
 }
 

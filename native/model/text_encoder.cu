@@ -6,7 +6,6 @@
 // all of their rows at once (its recurrences side by side: ops::
 // lstm_recurrence), the convolutions per utterance, each with its own
 // padding; every utterance's bits are those of its own call.
-
 #include "kokoro/model.h"
 
 namespace kokoro {
