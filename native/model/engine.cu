@@ -140,6 +140,20 @@ std::vector<int32_t> read_back_durations(const float* logits, const TokenRows& t
     return host;
 }
 
+// The frames that an utterance's durations give (one call at most this many:
+// the source's samples are indexed by int).
+int frame_count(const std::vector<int32_t>& durations, const ModelConfig& cfg) {
+    int64_t frames = 0;
+    for (const int32_t f : durations) frames += f;
+    const int64_t max_frames = INT_MAX / (2 * int64_t(cfg.source_upsampling()));
+    if (frames > max_frames) {
+        throw InvalidInput("the predicted durations add up to " + std::to_string(frames) +
+                           " frames, more than the " + std::to_string(max_frames) +
+                           " one call supports; raise the speed or split the input");
+    }
+    return int(frames);
+}
+
 // The one tensor of x, for the layers that read a plain pointer (convs
 // without a tensor-core weight).
 const float* single(const ops::ScaledSum& x, const std::string& layer) {
@@ -813,8 +827,8 @@ void Context::linear(const std::string& prefix, const float* x, float* y, int ro
 // ------------------------------------------------------------------ TokenRows
 
 TokenRows::TokenRows(std::vector<int> lengths, Workspace& ws, cudaStream_t stream,
-                     SplitShapes& shapes)
-    : lengths_(std::move(lengths)), ws_(&ws), shapes_(&shapes) {
+                     SplitShapes& shapes, const std::string& slots)
+    : lengths_(std::move(lengths)), ws_(&ws), shapes_(&shapes), slots_(slots) {
     std::vector<int32_t> positions;
     for (const int T : lengths_) {
         offsets_.push_back(rows_);
@@ -822,7 +836,7 @@ TokenRows::TokenRows(std::vector<int> lengths, Workspace& ws, cudaStream_t strea
         for (int t = 0; t < T; ++t) positions.push_back(t);
     }
     if (!stacked()) return;
-    int32_t* dev = ws.ints("tokens.positions", rows_);
+    int32_t* dev = ws.ints(slots_ + ".positions", rows_);
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(dev, positions.data(), sizeof(int32_t) * rows_,
                                       cudaMemcpyHostToDevice, stream));
     positions_ = dev;
@@ -835,8 +849,9 @@ const int32_t* TokenRows::row_chunks(int in, int out, cudaStream_t stream) const
     const auto found = row_chunks_.find(key);
     if (found != row_chunks_.end()) return found->second;
     const std::vector<int32_t> chunks = ops::linear_split_half_row_chunks(lengths_, in, out);
-    int32_t* dev = ws_->ints("tokens.row_chunks." + std::to_string(in) + "x" + std::to_string(out),
-                             rows_);
+    const std::string slot =
+        slots_ + ".row_chunks." + std::to_string(in) + "x" + std::to_string(out);
+    int32_t* dev = ws_->ints(slot, rows_);
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(dev, chunks.data(), sizeof(int32_t) * rows_,
                                       cudaMemcpyHostToDevice, stream));
     row_chunks_.emplace(key, dev);
@@ -993,7 +1008,8 @@ public:
     // Utterances first .. first + n - 1 into results: one token phase for
     // all of their tokens (stacked: ALBERT, bert_encoder and every LSTM once
     // for the group; a graph per group's lengths), one read-back of their
-    // durations, then each one's frames().
+    // durations, their alignments and shared LSTM (stacked, a graph per
+    // group's lengths and frames), then each one's frames().
     void run_group(const Utterance* first, size_t n, ForwardResult* results);
     size_t workspace_bytes() const { return ws_.bytes(); }
     // Phase timing on or off; the cached graphs (with or without marks) go.
@@ -1004,8 +1020,11 @@ private:
     Context context(int stream, bool fast, Trace* trace);
     // The frame phase of `u`, whose token phase left its outputs in the
     // lane's slots (engine.d, engine.t_en, engine.durations and style_out_),
-    // from its durations (read back) to the audio in host memory.
-    ForwardResult frames(const Utterance& u, std::vector<int32_t> durations, Trace* trace);
+    // from its durations (read back) to the audio in host memory. aligned: a
+    // group's frame prefix (run_group) left its alignment and shared LSTM
+    // output in the slots too (engine.frame_token, prosody.shared_rows).
+    ForwardResult frames(const Utterance& u, std::vector<int32_t> durations, Trace* trace,
+                         bool aligned = false);
     // style_out_, sized for the style banks.
     void take_style_slots();
     // Where token_pass writes, per token row: bert [rows, bert_hidden],
@@ -1040,7 +1059,8 @@ private:
     Workspace ws_;
     ops::Stft stft_;  // of uncaptured runs
     GraphCache token_graphs_, frame_graphs_;  // token phases: {T}, or a group's lengths
-    SplitShapes split_shapes_;                 // of a group's TokenRows
+    GraphCache prefix_graphs_;                 // a group's frame prefix: lengths, frames
+    SplitShapes split_shapes_, frame_split_shapes_;  // of a group's token and frame rows
     float* style_out_[2] = {nullptr, nullptr};  // fc(s) of each style bank
     bool timing_ = false;
     PhaseMarks marks_;
@@ -1115,6 +1135,7 @@ void Lane::set_phase_timing(bool on) {
     timing_ = on;
     token_graphs_.clear();
     frame_graphs_.clear();
+    prefix_graphs_.clear();
 }
 
 template <typename Prepare, typename Body>
@@ -1257,25 +1278,50 @@ void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
     const std::vector<int32_t> dur_host =
         read_back_durations(logits, tokens, first, cfg_.max_dur, dur, main);
 
-    // Each utterance's frame phase, from its token outputs moved into the
-    // slots that the frame graphs read.
+    // The group's frame prefix: each utterance's alignment, then the shared
+    // LSTM on all of their frames at once (stacked, as the token phase's
+    // LSTMs; a graph per group's lengths and frames).
+    std::vector<std::vector<int32_t>> durations(n);
+    std::vector<int> frame_lengths(n);
+    GraphKey prefix_key = key;
+    for (size_t i = 0; i < n; ++i) {
+        const int64_t row = tokens.offset(int(i));
+        durations[i].assign(dur_host.begin() + row, dur_host.begin() + row + tokens.length(int(i)));
+        frame_lengths[i] = frame_count(durations[i], cfg_);
+        prefix_key.push_back(frame_lengths[i]);
+    }
+    const TokenRows frame_rows(std::move(frame_lengths), ws_, main, frame_split_shapes_, "frames");
+    int32_t* frame_token = ws_.ints("group.frame_token", frame_rows.rows());
+    float* en_rows = ws_.floats("group.en_rows", int64_t(frame_rows.rows()) * width);
+    float* shared_rows = ws_.floats("group.shared_rows", int64_t(frame_rows.rows()) * hid);
+    run_phase(prefix_graphs_, prefix_key, true, [](CachedGraph&) {}, [&](ops::Stft&) {
+        for (size_t i = 0; i < n; ++i) {
+            const int64_t row = tokens.offset(int(i)), frame = frame_rows.offset(int(i));
+            ops::frame_token_index(dur + row, tokens.length(int(i)), frame_token + frame, main);
+            ops::expand_frame_rows(d + row * width, frame_token + frame, en_rows + frame * width,
+                                   width, frame_rows.length(int(i)), main);
+        }
+        shared_lstm_forward(ctx, frame_rows, en_rows, shared_rows);
+    });
+
+    // Each utterance's frame phase, from its token and prefix outputs moved
+    // into the slots that the frame graphs read.
     take_style_slots();
     auto move = [&](void* to, const void* from, size_t bytes) {
         KOKORO_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, main));
     };
     for (size_t i = 0; i < n; ++i) {
-        const int T = tokens.length(int(i));
-        const int64_t row = tokens.offset(int(i));
+        const int T = tokens.length(int(i)), F = frame_rows.length(int(i));
+        const int64_t row = tokens.offset(int(i)), frame = frame_rows.offset(int(i));
         for (int half = 0; half < 2; ++half) {
             move(style_out_[half], styles[i].projections[half], sizeof(float) * bank_rows[half]);
         }
-        move(ws_.floats("engine.d", int64_t(T) * width), d + row * width,
-             sizeof(float) * T * width);
         move(ws_.floats("engine.t_en", int64_t(hid) * T), t_en + row * hid,
              sizeof(float) * T * hid);
-        move(ws_.ints("engine.durations", T), dur + row, sizeof(int32_t) * T);
-        results[i] = frames(first[i], {dur_host.begin() + row, dur_host.begin() + row + T},
-                            nullptr);
+        move(ws_.ints("engine.frame_token", F), frame_token + frame, sizeof(int32_t) * F);
+        move(ws_.floats("prosody.shared_rows", int64_t(F) * hid), shared_rows + frame * hid,
+             sizeof(float) * F * hid);
+        results[i] = frames(first[i], std::move(durations[i]), nullptr, true);
     }
 }
 
@@ -1324,60 +1370,61 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
     return frames(u, std::move(dur_host), trace);
 }
 
-ForwardResult Lane::frames(const Utterance& u, std::vector<int32_t> durations, Trace* trace) {
+ForwardResult Lane::frames(const Utterance& u, std::vector<int32_t> durations, Trace* trace,
+                           bool aligned) {
     const int T = u.T;
     const int hid = cfg_.hidden_dim;
     const int width = hid + cfg_.style_dim;
     cudaStream_t main = streams_[0].get();
     const bool capture = trace == nullptr;
-    const float* d = ws_.floats("engine.d", int64_t(T) * width);
+    // (aligned: the alignment is made, from the group's d and durations)
+    const float* d = aligned ? nullptr : ws_.floats("engine.d", int64_t(T) * width);
     const float* t_en = ws_.floats("engine.t_en", int64_t(hid) * T);
-    const int32_t* dur = ws_.ints("engine.durations", T);
+    const int32_t* dur = aligned ? nullptr : ws_.ints("engine.durations", T);
     uint64_t* seed = ws_.words("input.seed", 1);
     KOKORO_CUDA_CHECK(
         cudaMemcpyAsync(seed, &u.seed, sizeof(uint64_t), cudaMemcpyHostToDevice, main));
     const Context ctx = context(0, false, trace);
     const Context side = context(kSideStream, fast_, trace);
     ForwardResult result;
+    const int F = frame_count(durations, cfg_);
     result.durations.assign(durations.begin(), durations.end());
-    int64_t frame_count = 0;
-    for (int32_t f : durations) frame_count += f;
-    const int64_t max_frames = INT_MAX / (2 * int64_t(cfg_.source_upsampling()));
-    if (frame_count > max_frames) {
-        throw InvalidInput("the predicted durations add up to " + std::to_string(frame_count) +
-                           " frames, more than the " + std::to_string(max_frames) +
-                           " one call supports; raise the speed or split the input");
-    }
-    const int F = static_cast<int>(frame_count);
     if (trace != nullptr) trace->ints["pred_dur"] = result.durations;
     ctx.mark("durations read back");
 
-    // Frame side: alignment, F0 || N, source + STFT + source branches || decoder, generator.
+    // Frame side: alignment, shared LSTM (unless aligned), F0 || N, source +
+    // STFT + source branches || decoder, generator.
     int32_t* frame_token = ws_.ints("engine.frame_token", F);
-    float* en_rows = ws_.floats("engine.en_rows", int64_t(F) * width);
+    float* en_rows = aligned ? nullptr : ws_.floats("engine.en_rows", int64_t(F) * width);
+    float* shared_rows = ws_.floats("prosody.shared_rows", int64_t(F) * hid);
     float* f0 = ws_.floats("engine.f0", 2 * int64_t(F));
     float* n = ws_.floats("engine.n", 2 * int64_t(F));
     float* dec_out = ws_.floats("engine.dec_out", int64_t(cfg_.upsample_initial_channel) * 2 * F);
     const int64_t samples = 2 * int64_t(F) * cfg_.source_upsampling();
     float* audio = ws_.floats("engine.audio", samples);
-    const GraphKey frame_key{T, F, u.deterministic};
+    const GraphKey frame_key{T, F, u.deterministic, aligned};
     const int spec_frames = generator_spec_frames(cfg_, F);
     auto prepare = [&](CachedGraph& entry) {
         if (!entry.stft) entry.stft = std::make_unique<ops::Stft>(cfg_.n_fft, cfg_.hop);
         entry.stft->reserve(spec_frames, main);
     };
     run_phase(frame_graphs_, frame_key, capture, prepare, [&](ops::Stft& stft) {
-        ops::frame_token_index(dur, T, frame_token, main);
-        ops::expand_frame_rows(d, frame_token, en_rows, width, F, main);
-        if (trace != nullptr) {
-            float* en = ctx.floats("trace.en", int64_t(width) * F);
-            ops::transpose(en_rows, en, F, width, main);
-            ctx.record("en", en, {width, F});
+        if (!aligned) {
+            ops::frame_token_index(dur, T, frame_token, main);
+            ops::expand_frame_rows(d, frame_token, en_rows, width, F, main);
+            if (trace != nullptr) {
+                float* en = ctx.floats("trace.en", int64_t(width) * F);
+                ops::transpose(en_rows, en, F, width, main);
+                ctx.record("en", en, {width, F});
+            }
+            shared_lstm_forward(ctx, TokenRows(F), en_rows, shared_rows);
         }
+        ctx.mark("alignment, shared LSTM");
+        ctx.record("shared_lstm", shared_rows, {F, hid});
         const Context resblocks[kResblockStreams] = {context(2, fast_, trace),
                                                      context(3, fast_, trace)};
         f0n_forward(ctx, side.with_fast(false), resblocks[0].with_fast(false),
-                    resblocks[1].with_fast(false), en_rows, F, f0, n);
+                    resblocks[1].with_fast(false), shared_rows, F, f0, n);
         ctx.record("F0", f0, {2 * F});
         ctx.record("N", n, {2 * F});
         ctx.record("t_en", t_en, {hid, T});

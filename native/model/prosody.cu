@@ -2,7 +2,8 @@
 // the duration encoder (n_layer x [BiLSTM, AdaLayerNorm, re-append style]),
 // the duration head (BiLSTM + linear to max_dur logits) and F0Ntrain (shared
 // BiLSTM over the frames, then the F0 and N AdainResBlk1d stacks with their
-// 1x1 projections, on two streams, their shortcuts on two more).
+// 1x1 projections, on two streams, their shortcuts on two more; a batch's
+// group runs its shared LSTMs stacked, as the duration encoder's).
 // The duration encoder keeps one time-major buffer [T, hidden + style] whose
 // style columns are written once; each layer's AdaLayerNorm writes its
 // first `hidden` columns. Stacked utterances (TokenRows: a batch's group)
@@ -69,15 +70,16 @@ void duration_head_forward(const Context& ctx, const TokenRows& tokens, const fl
     }
 }
 
+void shared_lstm_forward(const Context& ctx, const TokenRows& frames, const float* en_rows,
+                         float* shared_rows) {
+    ctx.with_tokens(frames).lstm("predictor.shared", en_rows, shared_rows, frames.rows());
+}
+
 void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_lane,
-                 const Context& n_lane, const float* en_rows, int F, float* f0, float* n) {
+                 const Context& n_lane, const float* shared_rows, int F, float* f0, float* n) {
     const int hid = ctx.cfg.hidden_dim;
     const int half = hid / 2;
 
-    float* shared_rows = ctx.floats("prosody.shared_rows", int64_t(F) * hid);
-    ctx.lstm("predictor.shared", en_rows, shared_rows, F);
-    ctx.mark("alignment, shared LSTM");
-    ctx.record("shared_lstm", shared_rows, {F, hid});
     float* shared = ctx.floats("prosody.shared", int64_t(hid) * F);
     ops::transpose(shared_rows, shared, F, hid, ctx.stream);
 

@@ -306,7 +306,10 @@ using SplitShapes = std::set<std::pair<int, int>>;
 class TokenRows {
 public:
     explicit TokenRows(int T) : lengths_{T}, offsets_{0}, rows_(T) {}
-    TokenRows(std::vector<int> lengths, Workspace& ws, cudaStream_t stream, SplitShapes& shapes);
+    // `slots`: the workspace slots' prefix (a lane's token and frame rows
+    // keep their tables apart).
+    TokenRows(std::vector<int> lengths, Workspace& ws, cudaStream_t stream, SplitShapes& shapes,
+              const std::string& slots = "tokens");
     int rows() const { return rows_; }
     int count() const { return int(lengths_.size()); }
     int length(int i) const { return lengths_[i]; }
@@ -329,6 +332,7 @@ private:
     int rows_ = 0;
     Workspace* ws_ = nullptr;
     SplitShapes* shapes_ = nullptr;
+    std::string slots_;
     const int32_t* positions_ = nullptr;
     mutable std::map<std::pair<int, int>, const int32_t*> row_chunks_;
 };
@@ -558,12 +562,17 @@ void duration_encoder_forward(const Context& ctx, const TokenRows& tokens,
 // duration logits [rows, max_dur].
 void duration_head_forward(const Context& ctx, const TokenRows& tokens, const float* d,
                            float* dur_lstm, float* logits);
-// F0Ntrain: en_rows [F, hidden + style] (time-major) -> f0 [2F], n [2F].
-// The shared LSTM and the F0 stack run on `ctx`, the N stack concurrently on
+// F0Ntrain's shared LSTM: en_rows [rows, hidden + style] (time-major, the
+// aligned frames) -> shared_rows [rows, hidden]; every utterance of `frames`
+// (one, or a batch's group stacked) on its own rows.
+void shared_lstm_forward(const Context& ctx, const TokenRows& frames, const float* en_rows,
+                         float* shared_rows);
+// F0Ntrain's stacks: shared_rows [F, hidden] (the shared LSTM's output) ->
+// f0 [2F], n [2F]. The F0 stack runs on `ctx`, the N stack concurrently on
 // `n_ctx`, their blocks' shortcuts on `f0_lane` and `n_lane`
 // (adain_res_blk1d); `ctx` has waited for all of them on return.
 void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_lane,
-                 const Context& n_lane, const float* en_rows, int F, float* f0, float* n);
+                 const Context& n_lane, const float* shared_rows, int F, float* f0, float* n);
 
 // ------------------------------------------------------- text_encoder.cu
 // Text encoder: ids [rows] -> t_en, utterance u's [hidden, T_u] at hidden x
