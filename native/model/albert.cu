@@ -9,7 +9,7 @@
 // read by the attention at row pitch 3 * hid; in precision "fast" on long
 // inputs the attention runs on split FP16 operands (ops::attention_split_half)
 // and adds the GEMM's split sums and bias itself. Stacked utterances
-// (TokenRows: a batch's group) run every layer but the attention on all their
+// (UtteranceRows: a batch's group) run every layer but the attention on all their
 // rows at once, the attention per utterance; each row's result has the bits
 // of the utterance's own call (the split linears take its plans).
 #include <algorithm>
@@ -28,9 +28,9 @@ constexpr int kSplitAttentionMinPositions = 257;
 const char* const kLayer = "bert.encoder.albert_layer_groups.0.albert_layers.0";
 }  // namespace
 
-void albert_forward(const Context& base, const int32_t* ids, const TokenRows& tokens,
+void albert_forward(const Context& base, const int32_t* ids, const UtteranceRows& tokens,
                     float* out) {
-    const Context ctx = base.with_tokens(tokens);
+    const Context ctx = base.with_utterance_rows(tokens);
     const ModelConfig& cfg = ctx.cfg;
     const int emb = cfg.bert_embedding;
     const int hid = cfg.bert_hidden;

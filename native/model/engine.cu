@@ -125,7 +125,7 @@ Trace::Array durations_before_rounding(const float* logits, int T, int max_dur, 
 // rows from tokens.offset(u)) its durations from its logits and speed,
 // rounded on the device into dur (uncaptured: the frame graphs read them
 // there), then all of them to the host, which they size the frame axes for.
-std::vector<int32_t> read_back_durations(const float* logits, const TokenRows& tokens,
+std::vector<int32_t> read_back_durations(const float* logits, const UtteranceRows& tokens,
                                          const Utterance* utterances, int max_dur, int32_t* dur,
                                          cudaStream_t stream) {
     for (int u = 0; u < tokens.count(); ++u) {
@@ -824,10 +824,10 @@ void Context::linear(const std::string& prefix, const float* x, float* y, int ro
                 gemm_math());
 }
 
-// ------------------------------------------------------------------ TokenRows
+// -------------------------------------------------------------- UtteranceRows
 
-TokenRows::TokenRows(std::vector<int> lengths, Workspace& ws, cudaStream_t stream,
-                     SplitShapes& shapes, const std::string& slots)
+UtteranceRows::UtteranceRows(std::vector<int> lengths, Workspace& ws, cudaStream_t stream,
+                             SplitShapes& shapes, const std::string& slots)
     : lengths_(std::move(lengths)), ws_(&ws), shapes_(&shapes), slots_(slots) {
     std::vector<int32_t> positions;
     for (const int T : lengths_) {
@@ -843,7 +843,7 @@ TokenRows::TokenRows(std::vector<int> lengths, Workspace& ws, cudaStream_t strea
     for (const auto& [in, out] : SplitShapes(shapes)) row_chunks(in, out, stream);
 }
 
-const int32_t* TokenRows::row_chunks(int in, int out, cudaStream_t stream) const {
+const int32_t* UtteranceRows::row_chunks(int in, int out, cudaStream_t stream) const {
     if (!stacked()) return nullptr;
     const auto key = std::make_pair(in, out);
     const auto found = row_chunks_.find(key);
@@ -861,11 +861,11 @@ const int32_t* TokenRows::row_chunks(int in, int out, cudaStream_t stream) const
 
 Context::SplitPlans Context::split_plans(int rows, int in, int out) const {
     SplitPlans p;
-    if (tokens != nullptr && tokens->stacked()) {
-        if (rows != tokens->rows()) {
-            throw std::logic_error("a split linear on stacked tokens takes all of their rows");
+    if (utterance_rows != nullptr && utterance_rows->stacked()) {
+        if (rows != utterance_rows->rows()) {
+            throw std::logic_error("a split linear on stacked utterances takes all of their rows");
         }
-        p.row_chunks = tokens->row_chunks(in, out, stream);
+        p.row_chunks = utterance_rows->row_chunks(in, out, stream);
     }
     p.scratch = floats("ops.scratch",
                        ops::linear_split_half_scratch_floats(rows, in, out, ops::HalfKernel::kBest,
@@ -897,7 +897,7 @@ ops::SplitSums Context::linear_sums(const std::string& prefix, const float* x, f
 
 void Context::lstm(const std::string& prefix, const float* x, float* out, int T) const {
     const DeviceWeights::Lstm l = weights.lstm(prefix);
-    const bool stacked = tokens != nullptr && tokens->stacked();
+    const bool stacked = utterance_rows != nullptr && utterance_rows->stacked();
     if (l.w_ih != nullptr) {
         // (cuBLAS picks its kernel by the row count: stacked rows would not
         // keep each utterance's bits)
@@ -912,8 +912,8 @@ void Context::lstm(const std::string& prefix, const float* x, float* out, int T)
     // at once.
     float* gx = floats("lstm.gates", ops::lstm_scratch_floats(T, l.hidden));
     split_linear(prefix + ".weight_ih", x, l.b, gx, T, l.in, 8 * l.hidden);
-    ops::lstm_recurrence(gx, l.w_hh, out, stacked ? tokens->lengths() : std::vector<int>{T},
-                         l.hidden, stream);
+    const std::vector<int> lengths = stacked ? utterance_rows->lengths() : std::vector<int>{T};
+    ops::lstm_recurrence(gx, l.w_hh, out, lengths, l.hidden, stream);
 }
 
 // ----------------------------------------------------------------------- Lane
@@ -1040,7 +1040,7 @@ private:
     // ALBERT, then the text encoder (side) || bert_encoder, the duration
     // encoder and head.
     void token_pass(const Context& ctx, const Context& side, const int32_t* ids,
-                    const float* ref_s, const TokenRows& tokens,
+                    const float* ref_s, const UtteranceRows& tokens,
                     const std::vector<UtteranceStyle>& styles, const TokenOutputs& out) const;
     // Enqueues `body(stft)` on the main stream: a replay of the graph cached
     // under `key`, else uncaptured on a key's first sight (or with a trace),
@@ -1183,7 +1183,7 @@ void Lane::take_style_slots() {
 }
 
 void Lane::token_pass(const Context& ctx, const Context& side, const int32_t* ids,
-                      const float* ref_s, const TokenRows& tokens,
+                      const float* ref_s, const UtteranceRows& tokens,
                       const std::vector<UtteranceStyle>& styles, const TokenOutputs& out) const {
     const int sd = cfg_.style_dim, hid = cfg_.hidden_dim, rows = tokens.rows();
     for (int u = 0; u < tokens.count(); ++u) {
@@ -1205,8 +1205,8 @@ void Lane::token_pass(const Context& ctx, const Context& side, const int32_t* id
     side.wait_for(ctx);
     text_encoder_forward(side, ids, tokens, out.t_en);
     side.mark("text encoder (side stream)");
-    ctx.with_tokens(tokens).linear("bert_encoder", out.bert, out.d_en_rows, rows,
-                                   cfg_.bert_hidden, hid);
+    ctx.with_utterance_rows(tokens).linear("bert_encoder", out.bert, out.d_en_rows, rows,
+                                           cfg_.bert_hidden, hid);
     if (ctx.trace != nullptr) {
         float* d_en = ctx.floats("trace.d_en", int64_t(hid) * rows);
         ops::transpose(out.d_en_rows, d_en, rows, hid, ctx.stream);
@@ -1237,7 +1237,7 @@ void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
         ref_s.insert(ref_s.end(), first[i].ref_s, first[i].ref_s + 2 * sd);
     }
     const GraphKey key(lengths.begin(), lengths.end());
-    const TokenRows tokens(std::move(lengths), ws_, main, split_shapes_);
+    const UtteranceRows tokens(std::move(lengths), ws_, main, split_shapes_);
     const int rows = tokens.rows();
     int32_t* ids_dev = ws_.ints("group.ids", rows);
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(ids_dev, ids.data(), sizeof(int32_t) * rows,
@@ -1290,7 +1290,8 @@ void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
         frame_lengths[i] = frame_count(durations[i], cfg_);
         prefix_key.push_back(frame_lengths[i]);
     }
-    const TokenRows frame_rows(std::move(frame_lengths), ws_, main, frame_split_shapes_, "frames");
+    const UtteranceRows frame_rows(std::move(frame_lengths), ws_, main, frame_split_shapes_,
+                                   "frames");
     int32_t* frame_token = ws_.ints("group.frame_token", frame_rows.rows());
     float* en_rows = ws_.floats("group.en_rows", int64_t(frame_rows.rows()) * width);
     float* shared_rows = ws_.floats("group.shared_rows", int64_t(frame_rows.rows()) * hid);
@@ -1356,7 +1357,7 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
 
     // Token side: styles, ALBERT, then text encoder || bert_encoder, duration
     // encoder and head.
-    const TokenRows tokens(T);
+    const UtteranceRows tokens(T);
     const std::vector<UtteranceStyle> styles{{style + sd, {style_out_[0], style_out_[1]}}};
     run_phase(token_graphs_, {T}, capture, [](CachedGraph&) {}, [&](ops::Stft&) {
         token_pass(ctx, side, ids_dev, style, tokens, styles,
@@ -1417,7 +1418,7 @@ ForwardResult Lane::frames(const Utterance& u, std::vector<int32_t> durations, T
                 ops::transpose(en_rows, en, F, width, main);
                 ctx.record("en", en, {width, F});
             }
-            shared_lstm_forward(ctx, TokenRows(F), en_rows, shared_rows);
+            shared_lstm_forward(ctx, UtteranceRows(F), en_rows, shared_rows);
         }
         ctx.mark("alignment, shared LSTM");
         ctx.record("shared_lstm", shared_rows, {F, hid});
@@ -1614,7 +1615,7 @@ std::vector<ForwardResult> Engine::forward_batch(const std::vector<Utterance>& u
     // latency-bound split ones (batch of 64 medium utterances: +2.5% on an
     // H200), the LSTMs' recurrences side by side, and a graph per group's
     // lengths (+1.7%). Only where the linears are split linears (precision
-    // fast), which keep each utterance's bits (TokenRows); fp32's cuBLAS GEMMs
+    // fast), which keep each utterance's bits (UtteranceRows); fp32's cuBLAS GEMMs
     // pick their kernel by shape. About two groups per lane, so that the
     // lanes finish together, of at most kMaxGroupRows tokens (the group's
     // ALBERT buffers).

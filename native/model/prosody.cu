@@ -6,7 +6,7 @@
 // group runs its shared LSTMs stacked, as the duration encoder's).
 // The duration encoder keeps one time-major buffer [T, hidden + style] whose
 // style columns are written once; each layer's AdaLayerNorm writes its
-// first `hidden` columns. Stacked utterances (TokenRows: a batch's group)
+// first `hidden` columns. Stacked utterances (UtteranceRows: a batch's group)
 // run each LSTM on all of their rows at once (its input projection with each
 // utterance's split plan, the recurrences side by side: ops::
 // lstm_recurrence), the AdaLayerNorms and the duration projection per
@@ -22,7 +22,7 @@ namespace {
 constexpr float kAdaLayerNormEps = 1e-5f;
 }  // namespace
 
-void duration_encoder_forward(const Context& ctx, const TokenRows& tokens,
+void duration_encoder_forward(const Context& ctx, const UtteranceRows& tokens,
                               const std::vector<UtteranceStyle>& styles, const float* d_en_rows,
                               float* d) {
     const int hid = ctx.cfg.hidden_dim;
@@ -42,7 +42,7 @@ void duration_encoder_forward(const Context& ctx, const TokenRows& tokens,
         ops::transpose(channels_first, d + row * width, width, T, ctx.stream);
     }
 
-    const Context stacked = ctx.with_tokens(tokens);
+    const Context stacked = ctx.with_utterance_rows(tokens);
     float* lstm_out = ctx.floats("prosody.encoder_lstm", int64_t(rows) * hid);
     for (int i = 0; i < ctx.cfg.n_layer; ++i) {
         const std::string lstm = "predictor.text_encoder.lstms." + std::to_string(2 * i);
@@ -59,10 +59,10 @@ void duration_encoder_forward(const Context& ctx, const TokenRows& tokens,
     }
 }
 
-void duration_head_forward(const Context& ctx, const TokenRows& tokens, const float* d,
+void duration_head_forward(const Context& ctx, const UtteranceRows& tokens, const float* d,
                            float* dur_lstm, float* logits) {
     const int hid = ctx.cfg.hidden_dim;
-    ctx.with_tokens(tokens).lstm("predictor.lstm", d, dur_lstm, tokens.rows());
+    ctx.with_utterance_rows(tokens).lstm("predictor.lstm", d, dur_lstm, tokens.rows());
     for (int u = 0; u < tokens.count(); ++u) {
         const int64_t row = tokens.offset(u);
         ctx.linear("predictor.duration_proj.linear_layer", dur_lstm + row * hid,
@@ -70,9 +70,9 @@ void duration_head_forward(const Context& ctx, const TokenRows& tokens, const fl
     }
 }
 
-void shared_lstm_forward(const Context& ctx, const TokenRows& frames, const float* en_rows,
+void shared_lstm_forward(const Context& ctx, const UtteranceRows& frames, const float* en_rows,
                          float* shared_rows) {
-    ctx.with_tokens(frames).lstm("predictor.shared", en_rows, shared_rows, frames.rows());
+    ctx.with_utterance_rows(frames).lstm("predictor.shared", en_rows, shared_rows, frames.rows());
 }
 
 void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_lane,

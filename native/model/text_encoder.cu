@@ -2,7 +2,7 @@
 // normed Conv1d, LayerNorm over channels (gamma/beta), LeakyReLU 0.2], then a
 // BiLSTM. The convolutions run channels-first [C, T], the LSTM time-major;
 // masks are no-ops for a batch of one and dropout is identity. Stacked
-// utterances (TokenRows: a batch's group) run the embedding and the LSTM on
+// utterances (UtteranceRows: a batch's group) run the embedding and the LSTM on
 // all of their rows at once (its recurrences side by side: ops::
 // lstm_recurrence), the convolutions per utterance, each with its own
 // padding; every utterance's bits are those of its own call.
@@ -15,7 +15,7 @@ constexpr float kLayerNormEps = 1e-5f;
 constexpr float kLeakySlope = 0.2f;
 }  // namespace
 
-void text_encoder_forward(const Context& ctx, const int32_t* ids, const TokenRows& tokens,
+void text_encoder_forward(const Context& ctx, const int32_t* ids, const UtteranceRows& tokens,
                           float* t_en) {
     const int C = ctx.cfg.hidden_dim;
     const int K = ctx.cfg.text_encoder_kernel_size;
@@ -42,7 +42,7 @@ void text_encoder_forward(const Context& ctx, const int32_t* ids, const TokenRow
         ops::transpose(x, rows_u, C, T, ctx.stream);
     }
     float* lstm_out = ctx.floats("text.lstm_out", int64_t(rows) * C);
-    ctx.with_tokens(tokens).lstm("text_encoder.lstm", stacked, lstm_out, rows);
+    ctx.with_utterance_rows(tokens).lstm("text_encoder.lstm", stacked, lstm_out, rows);
     for (int u = 0; u < tokens.count(); ++u) {
         const int64_t at = int64_t(tokens.offset(u)) * C;
         ops::transpose(lstm_out + at, t_en + at, tokens.length(u), C, ctx.stream);

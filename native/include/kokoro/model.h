@@ -287,14 +287,14 @@ struct Trace {
     std::map<std::string, std::vector<int64_t>> ints;
 };
 
-// The split linears' shapes (in, out) that stacked tokens have met (a
-// lane's: TokenRows).
+// The split linears' shapes (in, out) that stacked rows have met (a
+// lane's: UtteranceRows).
 using SplitShapes = std::set<std::pair<int, int>>;
 
-// The token rows a token-rate layer runs on: one utterance's T, or several
+// The rows a layer runs on, tokens or frames: one utterance's T, or several
 // utterances' stacked (a batch's group: utterance i at rows offset(i) ..
 // offset(i) + length(i) - 1). Row-wise ops take a stack as more rows. Its
-// device tables (workspace slots "tokens.*", uploaded on the given stream,
+// device tables (workspace slots "<slots>.*", uploaded on the given stream,
 // or a shape's on the stream of the op that first reads it: row_chunks)
 // give each row its position within its utterance and, per linear shape,
 // the split plan a call on its utterance alone would take (ops::
@@ -303,13 +303,13 @@ using SplitShapes = std::set<std::pair<int, int>>;
 // are made, and a shape met later joins it: the uploads cannot go into a
 // graph capture, which therefore needs a pass over the same shapes before
 // it (Lane::run_phase's first sight of a key runs uncaptured).
-class TokenRows {
+class UtteranceRows {
 public:
-    explicit TokenRows(int T) : lengths_{T}, offsets_{0}, rows_(T) {}
+    explicit UtteranceRows(int T) : lengths_{T}, offsets_{0}, rows_(T) {}
     // `slots`: the workspace slots' prefix (a lane's token and frame rows
     // keep their tables apart).
-    TokenRows(std::vector<int> lengths, Workspace& ws, cudaStream_t stream, SplitShapes& shapes,
-              const std::string& slots = "tokens");
+    UtteranceRows(std::vector<int> lengths, Workspace& ws, cudaStream_t stream,
+                  SplitShapes& shapes, const std::string& slots = "tokens");
     int rows() const { return rows_; }
     int count() const { return int(lengths_.size()); }
     int length(int i) const { return lengths_[i]; }
@@ -357,7 +357,8 @@ struct Context {
     const char* tag;            // suffix of this context's workspace slot names
     PhaseMarks* marks;          // null unless phase timing is on
     int conv_streams = 1;       // tensor-core convs running at once (their plans share the GPU)
-    const TokenRows* tokens = nullptr;  // stacked utterances (split linears' plans; null: none)
+    // Stacked utterances' rows (the split linears' plans; null: none).
+    const UtteranceRows* utterance_rows = nullptr;
 
     // The workspace buffer `slot` of this context (its tag appended).
     float* floats(const std::string& slot, int64_t count) const { return ws.floats(slot + tag, count); }
@@ -382,9 +383,9 @@ struct Context {
     }
     // The same context whose split linears run on the rows of `t` (which
     // must outlive it): each of t's rows gets its utterance's split plan.
-    Context with_tokens(const TokenRows& t) const {
+    Context with_utterance_rows(const UtteranceRows& t) const {
         Context c = *this;
-        c.tokens = &t;
+        c.utterance_rows = &t;
         return c;
     }
     // The same with `style`'s projections (Context::style).
@@ -548,24 +549,25 @@ private:
 // ------------------------------------------------------------- albert.cu
 // ALBERT last hidden state: ids [rows] -> out [rows, bert_hidden], every
 // utterance of `tokens` on its own rows (attention within the utterance).
-void albert_forward(const Context& ctx, const int32_t* ids, const TokenRows& tokens, float* out);
+void albert_forward(const Context& ctx, const int32_t* ids, const UtteranceRows& tokens,
+                    float* out);
 
 // ------------------------------------------------------------ prosody.cu
 // Duration encoder: d_en_rows [rows, hidden] (time-major bert_encoder
 // output) and each utterance's style (its prosody style s [style_dim] and
 // style projections) -> d [rows, hidden + style_dim]; every utterance of
 // `tokens` on its own rows.
-void duration_encoder_forward(const Context& ctx, const TokenRows& tokens,
+void duration_encoder_forward(const Context& ctx, const UtteranceRows& tokens,
                               const std::vector<UtteranceStyle>& styles, const float* d_en_rows,
                               float* d);
 // Duration head: d [rows, hidden + style] -> dur_lstm [rows, hidden] and
 // duration logits [rows, max_dur].
-void duration_head_forward(const Context& ctx, const TokenRows& tokens, const float* d,
+void duration_head_forward(const Context& ctx, const UtteranceRows& tokens, const float* d,
                            float* dur_lstm, float* logits);
 // F0Ntrain's shared LSTM: en_rows [rows, hidden + style] (time-major, the
 // aligned frames) -> shared_rows [rows, hidden]; every utterance of `frames`
 // (one, or a batch's group stacked) on its own rows.
-void shared_lstm_forward(const Context& ctx, const TokenRows& frames, const float* en_rows,
+void shared_lstm_forward(const Context& ctx, const UtteranceRows& frames, const float* en_rows,
                          float* shared_rows);
 // F0Ntrain's stacks: shared_rows [F, hidden] (the shared LSTM's output) ->
 // f0 [2F], n [2F]. The F0 stack runs on `ctx`, the N stack concurrently on
@@ -577,7 +579,7 @@ void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_lan
 // ------------------------------------------------------- text_encoder.cu
 // Text encoder: ids [rows] -> t_en, utterance u's [hidden, T_u] at hidden x
 // its first row (back to back, each channels-first).
-void text_encoder_forward(const Context& ctx, const int32_t* ids, const TokenRows& tokens,
+void text_encoder_forward(const Context& ctx, const int32_t* ids, const UtteranceRows& tokens,
                           float* t_en);
 
 // ------------------------------------------------------------ decoder.cu
