@@ -31,9 +31,10 @@
 //             (into a page-locked block of the engine's PinnedPool, which the
 //             result keeps).
 //   Each phase runs as a CUDA graph replay once its key has been seen
-//   before (tokens: T, or a group's lengths; frames: T, F, deterministic;
-//   all: whether the lane's thread shares the GPU, as a batch on several
-//   lanes does: launch.cuh); the seed reaches the
+//   before (tokens: T, or a group's lengths; a group's frame prefix: its
+//   lengths and frame counts; frames: T, F, deterministic, whether the
+//   prefix made its alignment; all: whether the lane's thread shares the
+//   GPU, as a batch on several lanes does: launch.cuh); the seed reaches the
 //   source through device memory, so replays take a new one. A graph is
 //   stale once the workspace generation has moved on (a buffer it uses was
 //   replaced) and is then captured again. A trace runs everything uncaptured.
@@ -42,8 +43,9 @@
 //   forward_batch() one host thread per lane, pulling groups of utterances
 //   in turn (precision fast: a group's token phase runs once on all of its
 //   tokens, its LSTMs' recurrences side by side; one read-back of their
-//   durations; then each utterance's frame graph, its token outputs moved
-//   into the slots that the graph reads).
+//   durations; the group's frame prefix, each utterance's alignment and the
+//   shared LSTM on all of their frames stacked; then each utterance's frame
+//   graph, its outputs moved into the slots that the graph reads).
 #include <algorithm>
 #include <atomic>
 #include <climits>
