@@ -394,12 +394,12 @@ def test_phase_timing_marks_in_order_audio_unchanged(config: ModelConfig, fast: 
     assert audio.tobytes() == want.tobytes()
 
 
-# A batch runs its utterances in groups (about two per lane; each group's token phase on all of its
+# A batch runs its utterances in groups (one per lane; each group's token phase on all of its
 # tokens at once: ALBERT, bert_encoder and the LSTMs' recurrences side by side, up to four per
-# launch): at eight lanes groups of one for the nine, of two for the twenty, with short and long
-# utterances mixed in a group (ALBERT's attention on both of its paths) and groups cut short by
-# their token limit, and of three for the forty-eight (sequences of different lengths in one
-# recurrence launch).
+# launch): at eight lanes groups of two for the nine (the last of one), of three for the twenty,
+# with short and long utterances mixed in a group (ALBERT's attention on both of its paths), and of
+# six for the forty-eight (sequences of different lengths in one recurrence launch, a group's
+# sequences over two launches).
 BATCH_SIZES = [5, 140, 33, 300, 33, 77, 12, 210, 64]
 GROUPED_BATCH_SIZES = [510, 498, 400, 3, 260, 1, 256, 257, 90, 510, 2, 45, 300, 7, 120, 33, 499, 64, 16, 200]
 SHORT_BATCH_SIZES = [3 + (37 * i) % 90 for i in range(48)]

@@ -1618,13 +1618,16 @@ std::vector<ForwardResult> Engine::forward_batch(const std::vector<Utterance>& u
     // H200), the LSTMs' recurrences side by side, and a graph per group's
     // lengths (+1.7%). Only where the linears are split linears (precision
     // fast), which keep each utterance's bits (UtteranceRows); fp32's cuBLAS GEMMs
-    // pick their kernel by shape. About two groups per lane, so that the
-    // lanes finish together, of at most kMaxGroupRows tokens (the group's
-    // ALBERT buffers).
+    // pick their kernel by shape. One group per lane, of at most
+    // kMaxGroupRows tokens (the group's ALBERT buffers): every group's token
+    // phase then runs at the batch's start, its ALBERT GEMMs beside each
+    // other rather than beside other lanes' convs, whose blocks they leave
+    // one block per SM (docs/PERFORMANCE.md: 64 medium utterances +0.7%
+    // against two groups per lane, three H200s).
     std::vector<size_t> group_starts;
     const bool grouped = weights_->has_split_linear("bert_encoder.weight");
     const size_t per_group =
-        grouped ? std::clamp<size_t>((utterances.size() + 2 * n_lanes - 1) / (2 * n_lanes), 1,
+        grouped ? std::clamp<size_t>((utterances.size() + n_lanes - 1) / n_lanes, 1,
                                      kMaxGroupUtterances)
                 : 1;
     for (size_t i = 0, rows = 0; i < utterances.size(); ++i) {
