@@ -1618,8 +1618,9 @@ std::vector<ForwardResult> Engine::forward_batch(const std::vector<Utterance>& u
     // H200), the LSTMs' recurrences side by side, and a graph per group's
     // lengths (+1.7%). Only where the linears are split linears (precision
     // fast), which keep each utterance's bits (UtteranceRows); fp32's cuBLAS GEMMs
-    // pick their kernel by shape. One group per lane, of at most
-    // kMaxGroupRows tokens (the group's ALBERT buffers): every group's token
+    // pick their kernel by shape. One group per lane, each of at most
+    // kMaxGroupUtterances utterances and kMaxGroupRows tokens (the group's
+    // ALBERT buffers; larger batches take more groups): every group's token
     // phase then runs at the batch's start, its ALBERT GEMMs beside each
     // other rather than beside other lanes' convs, whose blocks they leave
     // one block per SM (docs/PERFORMANCE.md: 64 medium utterances +0.7%
