@@ -66,8 +66,18 @@ def _toolkit_has_libraries(nvcc: Path) -> bool:
     return False
 
 
-def cuda_library_requirements() -> list[str]:
+def _native_requested(config_settings: dict | None) -> bool:
+    """False where the build was told to skip the engine (KOKORO_NATIVE=0 or -Ccmake.define.KOKORO_NATIVE=OFF)."""
+    if os.environ.get("KOKORO_NATIVE") == "0":
+        return False
+    value = str((config_settings or {}).get("cmake.define.KOKORO_NATIVE", "ON")).upper()
+    return value not in ("OFF", "0", "FALSE", "NO")
+
+
+def cuda_library_requirements(config_settings: dict | None = None) -> list[str]:
     """The CUDA library wheels this machine's build needs (empty without nvcc or with a full toolkit)."""
+    if not _native_requested(config_settings):
+        return []
     nvcc = _find_nvcc()
     if nvcc is None or _toolkit_has_libraries(nvcc):
         return []
@@ -79,8 +89,8 @@ def cuda_library_requirements() -> list[str]:
 
 
 def get_requires_for_build_wheel(config_settings: dict | None = None) -> list[str]:
-    return [*_skbuild.get_requires_for_build_wheel(config_settings), *cuda_library_requirements()]
+    return [*_skbuild.get_requires_for_build_wheel(config_settings), *cuda_library_requirements(config_settings)]
 
 
 def get_requires_for_build_editable(config_settings: dict | None = None) -> list[str]:
-    return [*_skbuild.get_requires_for_build_editable(config_settings), *cuda_library_requirements()]
+    return [*_skbuild.get_requires_for_build_editable(config_settings), *cuda_library_requirements(config_settings)]
