@@ -1,0 +1,225 @@
+"""The continuous-batching scheduler: concurrent submitters, batching, cancellation, bounds, shutdown.
+
+The scheduling tests use a fast recording backend whose output is a function of
+its inputs (so a mixed-up result shows); one test runs the real CPU model on a
+random-weights model directory and compares with one-by-one ``forward``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import CancelledError, ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from kokoro_gpu import KokoroTTS
+from kokoro_gpu.backends import Backend
+from kokoro_gpu.errors import KokoroError, QueueFullError
+from kokoro_gpu.scheduler import ChunkScheduler, ChunkSpec, SchedulerClosedError
+from kokoro_gpu.tokens import phonemes_to_ids
+from kokoro_gpu.voices import style_for
+
+
+class RecordingBackend(Backend):
+    """Audio = f(ids, style, speed, seed); records each batch; can be held to let chunks pile up."""
+
+    device = "cuda"  # batches like the GPU engine
+    precision = "fp32"
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.started = threading.Event()
+
+    def forward(self, input_ids, ref_s, speed, *, deterministic, seed, trace=None):
+        noise = 0.0 if deterministic else np.random.default_rng(seed).standard_normal()
+        audio = np.full(len(input_ids) * 10, input_ids.sum() + ref_s[0] + speed + noise, dtype=np.float32)
+        return audio, np.ones(len(input_ids), dtype=np.int64)
+
+    def forward_batch(self, items, *, deterministic):
+        self.started.set()
+        self.gate.wait()
+        self.batches.append([int(ids[1]) for ids, *_ in items])
+        return super().forward_batch(items, deterministic=deterministic)
+
+
+def _spec(tag: int, **kwargs) -> ChunkSpec:
+    ids = np.array([0, tag, tag % 7 + 1, 0], dtype=np.int64)
+    return ChunkSpec(ids, np.full(256, tag / 100, dtype=np.float32), **kwargs)
+
+
+def test_many_threads_each_get_their_own_results():
+    backend = RecordingBackend()
+    with ChunkScheduler(backend, max_batch=8, gather_s=0.005) as scheduler:
+
+        def caller(thread: int) -> list[tuple[int, np.ndarray]]:
+            tags = [thread * 100 + k + 1 for k in range(5)]
+            futures = [scheduler.submit(_spec(t, seed=t, speed=1 + thread / 10)) for t in tags]
+            return [(t, f.result(timeout=30).audio) for t, f in zip(tags, futures, strict=True)]
+
+        with ThreadPoolExecutor(16) as pool:
+            results = [r for rs in pool.map(caller, range(16)) for r in rs]
+    assert len(results) == 80
+    for tag, audio in results:
+        spec = _spec(tag, seed=tag, speed=1 + (tag // 100) / 10)
+        want, _ = backend.forward(spec.input_ids, spec.ref_s, spec.speed, deterministic=False, seed=tag)
+        np.testing.assert_array_equal(audio, want)
+    assert sum(len(b) for b in backend.batches) == 80
+    assert max(len(b) for b in backend.batches) > 1, "concurrent chunks were never batched"
+    assert max(len(b) for b in backend.batches) <= 8
+
+
+def test_chunks_submitted_during_a_batch_join_the_next_one_by_priority():
+    backend = RecordingBackend()
+    backend.gate.clear()
+    with ChunkScheduler(backend, max_batch=3, gather_s=0) as scheduler:
+        first = scheduler.submit(_spec(1))
+        assert backend.started.wait(10)
+        # While the first batch runs: a long stream's later chunks, then a new stream's first chunk.
+        later = [scheduler.submit(_spec(10 + k, priority=k + 1)) for k in range(4)]
+        new_first = scheduler.submit(_spec(50, priority=0))
+        backend.gate.set()
+        for f in [first, new_first, *later]:
+            f.result(timeout=10)
+    assert backend.batches == [[1], [50, 10, 11], [12, 13]]
+
+
+def test_cancel_a_queued_chunk():
+    backend = RecordingBackend()
+    backend.gate.clear()
+    with ChunkScheduler(backend, max_batch=1, gather_s=0) as scheduler:
+        running = scheduler.submit(_spec(1))
+        assert backend.started.wait(10)
+        queued = [scheduler.submit(_spec(2 + k)) for k in range(3)]
+        assert scheduler.queue_depth == 3
+        assert queued[1].cancel()
+        assert not running.cancel(), "a started chunk cannot be cancelled"
+        assert scheduler.queue_depth == 2
+        backend.gate.set()
+        assert running.result(timeout=10).audio.size
+        assert queued[0].result(timeout=10).audio.size and queued[2].result(timeout=10).audio.size
+    with pytest.raises(CancelledError):
+        queued[1].result()
+    assert [b[0] for b in backend.batches] == [1, 2, 4]
+
+
+def test_full_queue_raises_and_frees_on_cancel():
+    backend = RecordingBackend()
+    backend.gate.clear()
+    scheduler = ChunkScheduler(backend, max_batch=1, max_queue=2, gather_s=0)
+    scheduler.submit(_spec(1))
+    assert backend.started.wait(10)
+    waiting = [scheduler.submit(_spec(2)), scheduler.submit(_spec(3))]
+    with pytest.raises(QueueFullError, match="queue is full"):
+        scheduler.submit(_spec(4))
+    assert isinstance(QueueFullError("x"), KokoroError)
+    waiting[0].cancel()
+    extra = scheduler.submit(_spec(5))
+    backend.gate.set()
+    assert extra.result(timeout=10).audio.size
+    scheduler.close()
+
+
+def test_close_finishes_queued_work_then_refuses():
+    backend = RecordingBackend()
+    backend.gate.clear()
+    scheduler = ChunkScheduler(backend, max_batch=2, gather_s=0)
+    futures = [scheduler.submit(_spec(k + 1)) for k in range(5)]
+    assert backend.started.wait(10)
+    threading.Timer(0.1, backend.gate.set).start()
+    scheduler.close(timeout=10)
+    assert all(f.done() and not f.cancelled() for f in futures)
+    with pytest.raises(SchedulerClosedError):
+        scheduler.submit(_spec(9))
+
+
+def test_close_can_cancel_queued_work():
+    backend = RecordingBackend()
+    backend.gate.clear()
+    scheduler = ChunkScheduler(backend, max_batch=1, gather_s=0)
+    futures = [scheduler.submit(_spec(k + 1)) for k in range(4)]
+    assert backend.started.wait(10)
+    threading.Timer(0.1, backend.gate.set).start()
+    scheduler.close(cancel_pending=True, timeout=10)
+    assert futures[0].result().audio.size
+    assert all(f.cancelled() for f in futures[1:])
+
+
+def test_a_failing_batch_reaches_its_callers_and_the_worker_lives_on():
+    class Failing(RecordingBackend):
+        def forward_batch(self, items, *, deterministic):
+            if any(int(ids[1]) == 13 for ids, *_ in items):
+                raise RuntimeError("engine failure")
+            return super().forward_batch(items, deterministic=deterministic)
+
+    with ChunkScheduler(Failing(), max_batch=1, gather_s=0) as scheduler:
+        bad = scheduler.submit(_spec(13))
+        with pytest.raises(RuntimeError, match="engine failure"):
+            bad.result(timeout=10)
+        assert scheduler.submit(_spec(14)).result(timeout=10).audio.size
+
+
+def test_submit_async_and_task_cancellation():
+    backend = RecordingBackend()
+
+    async def main(scheduler: ChunkScheduler) -> None:
+        out = await scheduler.submit_async(_spec(3, deterministic=True))
+        want, _ = backend.forward(_spec(3).input_ids, _spec(3).ref_s, 1.0, deterministic=True, seed=None)
+        np.testing.assert_array_equal(out.audio, want)
+        backend.gate.clear()
+        blocker = asyncio.ensure_future(scheduler.submit_async(_spec(4)))
+        await asyncio.sleep(0.05)
+        queued = asyncio.ensure_future(scheduler.submit_async(_spec(5)))
+        await asyncio.sleep(0.05)
+        assert scheduler.queue_depth == 1
+        queued.cancel()
+        await asyncio.sleep(0.05)
+        assert scheduler.queue_depth == 0
+        backend.gate.set()
+        await blocker
+
+    with ChunkScheduler(backend, max_batch=1, gather_s=0) as scheduler:
+        asyncio.run(main(scheduler))
+    assert [b[0] for b in backend.batches] == [3, 4]
+
+
+@pytest.fixture(scope="module")
+def cpu_tts(tmp_path_factory) -> KokoroTTS:
+    from kokoro_gpu.random_weights import write_model_dir
+
+    path = write_model_dir(tmp_path_factory.mktemp("model"), seed=3, voices=["af_heart", "am_adam"])
+    return KokoroTTS.from_pretrained(path, device="cpu")
+
+
+def test_cpu_backend_concurrent_chunks_equal_one_by_one(cpu_tts):
+    """Real model: chunks of two voices, speeds and seeds from four threads, batched on the CPU backend."""
+    cases = [("h\u02c8I.", "af_heart", 1.0, 7, False), ("b\u02c8I.", "am_adam", 1.3, 11, False),
+             ("s\u02c8O.", "af_heart", 0.8, None, True), ("n\u02c8O.", "am_adam", 1.0, 5, False)]
+    specs = []
+    for phonemes, voice, speed, seed, deterministic in cases:
+        ids = phonemes_to_ids(phonemes, cpu_tts.config.vocab, cpu_tts.config.max_phonemes)
+        ref_s = style_for(cpu_tts.voices.load(voice), phonemes)
+        specs.append(ChunkSpec(ids, ref_s, speed, seed, deterministic))
+    with ChunkScheduler(cpu_tts.backend, max_batch=4, gather_s=0.05) as scheduler:
+        with ThreadPoolExecutor(len(specs)) as pool:
+            outputs = list(pool.map(lambda s: scheduler.submit(s).result(timeout=300), specs))
+    for spec, out in zip(specs, outputs, strict=True):
+        audio, durations = cpu_tts.backend.forward(
+            spec.input_ids, spec.ref_s, spec.speed, deterministic=spec.deterministic, seed=spec.seed
+        )
+        np.testing.assert_array_equal(out.audio, audio)
+        np.testing.assert_array_equal(out.durations, durations)
+
+
+def test_default_batch_size_follows_the_device():
+    class Cpu(RecordingBackend):
+        device = "cpu"
+
+    with ChunkScheduler(Cpu()) as cpu, ChunkScheduler(RecordingBackend()) as gpu:
+        assert cpu.max_batch == 1 and gpu.max_batch == 64
+    with pytest.raises(ValueError):
+        ChunkScheduler(RecordingBackend(), max_batch=0)
