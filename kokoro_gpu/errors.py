@@ -23,3 +23,7 @@ class InputError(KokoroError, ValueError):
 
 class BackendError(KokoroError):
     """The requested compute backend (device) is unavailable or failed."""
+
+
+class QueueFullError(KokoroError):
+    """The synthesis queue is at its bound; retry after a moment (a server answers 429)."""

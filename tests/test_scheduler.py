@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 
 import numpy as np
