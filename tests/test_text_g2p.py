@@ -135,6 +135,24 @@ def test_offline_mode_is_logged(caplog):
     assert any("offline mode" in r.getMessage() for r in caplog.records)
 
 
+def test_mode_log_shows_once_under_a_logging_config():
+    # What a program (or ``kokoro-speak -v``) sees with logging at INFO: one line, however often
+    # the front end is asked for.
+    import subprocess
+    import sys
+
+    code = (
+        "import logging; logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s')\n"
+        "from kokoro_gpu.text import front_end\n"
+        "front_end('a')('One.'); front_end('en-us', normalize=False)('Two.')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    lines = [line for line in run.stderr.splitlines() if "English G2P" in line]
+    assert len(lines) == 1, run.stderr
+    assert lines[0].startswith("INFO American English G2P: ")
+
+
 def test_rule_tagger_tags():
     tagger = RuleTagger(heteronyms=frozenset({"record"}), past_forms=frozenset())
     texts = ["Give", "a", "record", "to", "me", ",", "plan", "a", "."]
@@ -182,3 +200,65 @@ def test_cjk_without_extras_says_how_to_install(lang, extra):
         assert f"misaki[{extra}]" in str(e)
     else:
         pytest.skip(f"misaki[{extra}] is installed")
+
+
+# Normalisation, checked on phonemes: the written form must sound exactly like the words a
+# reader says, which are written out by hand here and read with normalisation off.
+@pytest.mark.parametrize(("written", "spoken"), [
+    ("Take 3/4 cup.", "Take three quarters cup."),
+    ("Call 555-1234.", "Call five five five, one two three four."),
+    ("At 10:30 a.m. we left.", "At ten thirty a.m. we left."),
+    ("Walk 5 km with 3 kg.", "Walk 5 kilometers with 3 kilograms."),
+    ("Visit https://example.com/docs now.", "Visit example dot com slash docs now."),
+    ("Mail john.doe@example.org now.", "Mail john dot doe at example dot org now."),
+    ("Go to Fifth Ave. now.", "Go to Fifth Avenue now."),
+    ("Apples, pears, etc. Done.", "Apples, pears, et cetera. Done."),
+])
+def test_normalised_text_sounds_like_its_words(written: str, spoken: str) -> None:
+    assert phonemize(written) == phonemize(spoken, normalize=False)
+
+
+def _v1(phonemes: str) -> str:
+    return phonemes.replace("\u027e", "T")  # version-1 output writes the flap as "T"
+
+
+def test_normalisation_keeps_the_sentence_period_after_am(gold):
+    said = phonemize("We left at 10:30 a.m.")
+    assert said.endswith(_v1(f"{gold['ten']} {gold['thirty']} \u02ccA\u02c8\u025bm."))
+    # Without normalisation misaki reads "10:30" with a colon inside and loses the period.
+    assert not phonemize("We left at 10:30 a.m.", normalize=False).endswith(".")
+
+
+def test_normalisation_reads_what_misaki_misreads(gold, silver):
+    assert phonemize("3/4") == _v1(f"{gold['three']} {silver['quarters']}")
+    assert phonemize("3/4", normalize=False) != phonemize("3/4")
+    assert phonemize("555-1234") == ", ".join(
+        [" ".join([gold["five"]] * 3), " ".join(gold[w] for w in ("one", "two", "three", "four"))]
+    )
+    assert gold["avenue"] in phonemize("Fifth Ave. now")
+
+
+def test_numbers_misaki_reads_keep_their_reading(gold, silver):
+    # Ordinals, percentages, currency and years go to misaki as written.
+    assert phonemize("the 21st") == f"\u00f0\u0259 {gold['twenty']} {gold['first']}"
+    assert phonemize("Up 20%.") == phonemize("Up 20%.", normalize=False)
+    assert phonemize("Pay \u00a33.") == f"{gold['pay']} {gold['three']} {silver['pounds']}."
+
+
+def test_front_end_normalize_option():
+    from kokoro_gpu.text.normalize import Normalization
+
+    assert phonemize("Call 555-1234.", normalize=Normalization(phone_numbers=False)) == phonemize(
+        "Call 555-1234.", normalize=False
+    )
+    with pytest.raises(InputError, match="normalize must be"):
+        front_end("a", normalize="yes")  # type: ignore[arg-type]
+    # Other languages read their text as written.
+    assert front_end("e") is front_end("e", normalize=True)
+
+
+def test_then_record_is_a_verb(offline, gold):
+    record = gold["record"]
+    assert _say(offline, "Then record.") == f"{gold['then']} {record['VERB']}."
+    assert _say(offline, "We always record the show.").split()[2] == record["VERB"]
+    assert _say(offline, "The record is good.").split()[1] == record["DEFAULT"]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kokoro_gpu.text.chunking import WordSpan
-from kokoro_gpu.text.timestamps import FRAME_SECONDS, word_timestamps
+from kokoro_gpu.text.timestamps import FRAME_SECONDS, WordTimestamp, word_timestamps
 
 VOCAB = {c: i for i, c in enumerate("abcdefg .,", start=1)}
 
@@ -63,3 +63,12 @@ def test_monotonic_and_within_audio():
 def test_durations_must_match_the_phonemes():
     with pytest.raises(ValueError, match="durations"):
         word_timestamps([WordSpan("a", 0, 1)], "ab", np.array([1, 1, 1]), VOCAB)
+
+
+def test_times_are_whole_milliseconds() -> None:
+    # 8 frames after an offset of 0.1 s: 0.1 + 0.2 is 0.30000000000000004 in floating point.
+    durations = np.array([8, 1, 1])
+    (w,) = word_timestamps([WordSpan("a", 0, 1)], "a", durations, VOCAB, offset=0.1)
+    assert (repr(w.start), repr(w.end)) == ("0.3", "0.325")
+    stamp = WordTimestamp("x", 0.05 + 0.025, 0.07500000000000001)
+    assert (repr(stamp.start), repr(stamp.end)) == ("0.075", "0.075")

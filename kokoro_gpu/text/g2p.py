@@ -8,6 +8,10 @@ spaCy's blank English tokenizer and tag, by rule, exactly what misaki's lexicon
 consults: punctuation, numbers and currency symbols, articles, ``to``, ``in``,
 ``I`` and the heteronyms of the gold lexicon.
 
+English text is normalised first (``normalize.py``: URLs, e-mail addresses,
+phone numbers, times, fractions, units, abbreviations) unless the caller turns
+that off.
+
 Spanish, French, Hindi, Italian and Brazilian Portuguese use misaki's espeak-ng
 G2P; Japanese and Mandarin use misaki's extras when they are installed.
 """
@@ -22,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
+from .normalize import ALL, NONE, Normalization, normalize_text
 
 logger = logging.getLogger("kokoro_gpu")
 
@@ -91,7 +96,9 @@ _NOUN_CONTEXT = frozenset(
     "one own whose of on for with from into about at without under over after before during".split()
 )
 _VERB_CONTEXT = frozenset(
-    "to will would can could shall should may might must do does did please n't 'll 'd ca wo".split()
+    "to will would can could shall should may might must do does did please n't 'll 'd ca wo "
+    # Adverbs that stand before a verb: "then record.", "always present it".
+    "then also always never often sometimes usually just first finally".split()
 )
 _SUBJECTS = frozenset("i you we they he she it who".split())
 _BE_HAVE = frozenset("have has had having 've been was were is are be being am 're 'm get got gets".split())
@@ -100,6 +107,7 @@ _OBJECT_START = frozenset(
     "the a an this that these those my your his her its our their it them him me us some all".split()
 )
 _SENTENCE_PUNCT = frozenset(".!?;:")
+_CLOSING_PUNCT = frozenset(".!?,;:")
 _CURRENCY_SIGNS = frozenset("$\u00a3\u20ac")
 _DOUBLE_HYPHEN = re.compile(r"(?<!-)--(?!-)")
 _NUMBER = re.compile(r"^-?[\d,.]*\d(?:st|nd|rd|th|s|'s)?$")
@@ -271,22 +279,41 @@ class EnglishFrontEnd:
         if offline is None:
             offline = not spacy_model_installed()
         fallback = _espeak_fallback(british)
+        variant = "British" if british else "American"
         if offline:
             self._g2p = _offline_g2p(british, fallback)
             logger.info(
-                "English G2P: offline mode (spaCy blank tokenizer + rule tagger); "
+                "%s English G2P: offline mode (spaCy blank tokenizer + rule tagger); "
                 "install %s for spaCy's statistical tagger",
+                variant,
                 SPACY_MODEL,
             )
         else:
             self._g2p = en.G2P(british=british, fallback=fallback, unk="")
-            logger.info("English G2P: spaCy %s tagger", SPACY_MODEL)
+            logger.info("%s English G2P: spaCy %s tagger", variant, SPACY_MODEL)
         self.offline = offline
 
     def __call__(self, text: str) -> list[Word]:
         # misaki keeps only the punctuation in its own set, which has the em dash but not "--".
         _, tokens = self._g2p(_DOUBLE_HYPHEN.sub("\u2014", text))
-        return [Word(t.text, t.phonemes or "", bool(t.whitespace)) for t in tokens]
+        words = [Word(t.text, t.phonemes or "", bool(t.whitespace)) for t in tokens]
+        # No pause before a full stop or comma: the normaliser writes "a.m. ." so that misaki
+        # keeps the sentence's period apart from the abbreviation's.
+        for i in range(1, len(words)):
+            if words[i].text in _CLOSING_PUNCT and words[i - 1].space:
+                words[i - 1] = Word(words[i - 1].text, words[i - 1].phonemes, space=False)
+        return words
+
+
+class NormalizedFrontEnd:
+    """A front end that normalises its text first (English only)."""
+
+    def __init__(self, front_end: FrontEnd, options: Normalization) -> None:
+        self.front_end = front_end
+        self.options = options
+
+    def __call__(self, text: str) -> list[Word]:
+        return self.front_end(normalize_text(text, self.options))
 
 
 _CLAUSE_END = re.compile(r"(?<=[.!?;:,\u2026\u3002\uff01\uff1f])\s+")
@@ -356,9 +383,25 @@ def _no_final_space(words: list[Word]) -> list[Word]:
     return words
 
 
-def front_end(lang: str) -> FrontEnd:
-    """The front end for a language code or alias, built once per language."""
-    return _front_end(resolve_lang(lang))
+def front_end(lang: str, normalize: bool | Normalization = True) -> FrontEnd:
+    """The front end for a language code or alias (the G2P is built once per language).
+
+    ``normalize`` (English only): True rewrites URLs, e-mail addresses, phone
+    numbers, times, fractions, units and abbreviations as words before G2P
+    (:mod:`kokoro_gpu.text.normalize`); False reads the text as written; a
+    :class:`Normalization` picks the rewrites.
+    """
+    code = resolve_lang(lang)
+    if isinstance(normalize, bool):
+        options = ALL if normalize else NONE
+    elif isinstance(normalize, Normalization):
+        options = normalize
+    else:
+        raise InputError(f"normalize must be a bool or a Normalization, got {type(normalize).__name__}")
+    g2p = _front_end(code)
+    if code not in "ab" or options == NONE:
+        return g2p
+    return NormalizedFrontEnd(g2p, options)
 
 
 @functools.cache
@@ -370,7 +413,7 @@ def _front_end(code: str) -> FrontEnd:
     return CJKFrontEnd(code)
 
 
-def phonemize(text: str, lang: str = "a") -> str:
+def phonemize(text: str, lang: str = "a", normalize: bool | Normalization = True) -> str:
     """Text -> one phoneme string (words joined as the synthesis pipeline joins them)."""
-    words = front_end(lang)(text)
+    words = front_end(lang, normalize)(text)
     return "".join(w.phonemes + (" " if w.space else "") for w in words).strip()

@@ -23,11 +23,19 @@ FRAME_SECONDS = SAMPLES_PER_FRAME / SAMPLE_RATE
 
 @dataclass(frozen=True)
 class WordTimestamp:
-    """A word and when it is spoken, in seconds from the start of the audio."""
+    """A word and when it is spoken, in seconds from the start of the audio, rounded to milliseconds.
+
+    Frames are 25 ms, so the rounding loses nothing; it keeps sums such as
+    0.05 + 0.025 from printing as ``0.07500000000000001``.
+    """
 
     word: str
     start: float
     end: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "start", round(float(self.start), 3))
+        object.__setattr__(self, "end", round(float(self.end), 3))
 
 
 def word_timestamps(
