@@ -37,6 +37,30 @@ _WEIGHT_NORM_SUFFIXES = {
 }
 _MODULE_PREFIX = "module."
 _LISTED = 4  # names shown per category in a layout error
+# The largest |value| a checkpoint tensor may hold. Trained Kokoro weights stay within
+# a few hundred; a larger value means a corrupt, byte-swapped or foreign file, and
+# would only make silence or NaN audio.
+MAX_WEIGHT_MAGNITUDE = 1e6
+# Bytes a checkpoint may hold beyond its layout at float64 (8 bytes a value).
+_CHECKPOINT_SLACK_BYTES = 64 << 20
+
+
+def checkpoint_byte_limit(config: ModelConfig) -> int:
+    """The most bytes a checkpoint of ``config``'s layout may hold: every value as float64, plus slack."""
+    return 8 * config.parameter_count() + _CHECKPOINT_SLACK_BYTES
+
+
+def value_problem(arr: np.ndarray, bound: float = MAX_WEIGHT_MAGNITUDE) -> str | None:
+    """Why a floating-point tensor's values are unusable (non-finite, or beyond ``bound``), or None."""
+    if arr.dtype.kind != "f" or arr.size == 0:
+        return None
+    # max and min propagate NaN and need no temporary copy of the tensor.
+    peak = max(-float(arr.min()), float(arr.max()))
+    if not np.isfinite(peak):
+        return "non-finite values (NaN or inf)"
+    if peak > bound:
+        return f"values up to {peak:.3g} in magnitude (more than {bound:.0e})"
+    return None
 
 
 def flatten_official(state: Any, source: str = "checkpoint") -> dict[str, np.ndarray]:
@@ -113,6 +137,7 @@ def fold_official(state: Any, config: ModelConfig, source: str = "checkpoint") -
     missing: list[str] = []
     misshaped: list[str] = []
     not_float: list[str] = []
+    bad_values: list[str] = []
     for name, shape in layout.items():
         parts = found.get(name, {})
         if name in wn:
@@ -128,6 +153,8 @@ def fold_official(state: Any, config: ModelConfig, source: str = "checkpoint") -
                 misshaped.append(f"{key} {tuple(arr.shape)} (expected {want})")
             elif arr.dtype.kind != "f":
                 not_float.append(f"{key} ({arr.dtype})")
+            elif (problem := value_problem(arr)) is not None:
+                bad_values.append(f"{key} has {problem}")
 
     problems = [f"{len(items)} {what} ({_listing(items)})" for what, items in
                 (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped),
@@ -135,27 +162,41 @@ def fold_official(state: Any, config: ModelConfig, source: str = "checkpoint") -
     if problems:
         raise CheckpointError(f"{source} does not match the model layout: {'; '.join(problems)}; "
                               "check that the checkpoint and config.json belong together")
+    if bad_values:
+        raise CheckpointError(f"{source}: {len(bad_values)} tensors unusable: {_listing(bad_values)}; "
+                              "the file is corrupt (re-download or re-convert it)")
 
     out: dict[str, np.ndarray] = {}
     for name in layout:
         parts = found[name]
         if name in wn:
             out[name] = fold_weight_norm(parts["g"][1], parts["v"][1])
+            if not np.isfinite(out[name]).all():
+                raise CheckpointError(f"{source}: {parts['v'][0]} has an output channel of zero norm, so "
+                                      "its weight norm is undefined; the file is corrupt (re-download it)")
         else:
             out[name] = np.ascontiguousarray(parts[""][1], dtype=np.float32)
     return out
 
 
-def read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    """All tensors of a .safetensors file as NumPy arrays, errors as :class:`CheckpointError`."""
+def read_safetensors(path: Path, max_bytes: int | None = None) -> dict[str, np.ndarray]:
+    """All tensors of a .safetensors file (at most ``max_bytes`` long) as NumPy arrays.
+
+    Errors are :class:`CheckpointError`. The library checks that the header's
+    offsets tile the file exactly, so memory stays in proportion to the file.
+    """
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
     if not path.is_file():
         raise CheckpointError(f"checkpoint file not found: {path}")
+    size = path.stat().st_size
+    if max_bytes is not None and size > max_bytes:
+        raise CheckpointError(f"{path}: {size} bytes, more than the {max_bytes} a file of this kind may "
+                              "hold; refusing to load it (the file is corrupt or not of this model)")
     try:
         return load_file(path)
-    except (SafetensorError, OSError, ValueError, TypeError) as e:
+    except (SafetensorError, OSError, ValueError, TypeError, KeyError, OverflowError) as e:
         raise CheckpointError(f"{path}: not a readable .safetensors file ({e}); "
                               "re-download or re-convert it") from None
 
@@ -165,9 +206,9 @@ def load_checkpoint(path: str | Path, config: ModelConfig) -> dict[str, np.ndarr
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix == ".pth":
-        state: Any = read_pth(p)
+        state: Any = read_pth(p, max_bytes=checkpoint_byte_limit(config))
     elif suffix == ".safetensors":
-        state = read_safetensors(p)
+        state = read_safetensors(p, max_bytes=checkpoint_byte_limit(config))
     else:
         raise CheckpointError(f"{p}: unknown checkpoint type {suffix!r}; pass a .pth or .safetensors file")
     return fold_official(state, config, source=str(p))
