@@ -362,19 +362,22 @@ class _Reader(pickle._Unpickler):  # the pure-Python unpickler: its opcode table
 
 
 def read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
-    """A zip member's bytes: stored or deflated, unencrypted, and never more than it declares."""
+    """A zip member's bytes: stored or deflated, unencrypted, and never more than it declares.
+
+    Every problem is a :class:`zipfile.BadZipFile` (zlib's errors aside).
+    """
     if info.flag_bits & 0x1:
-        raise _Corrupt(f"member {info.filename[:80]} is encrypted")
+        raise zipfile.BadZipFile(f"member {info.filename[:80]} is encrypted")
     if info.compress_type not in _SUPPORTED_COMPRESSION:
-        raise _Corrupt(f"member {info.filename[:80]} uses zip compression method {info.compress_type}; "
-                       "only stored and deflated members are supported")
+        raise zipfile.BadZipFile(f"member {info.filename[:80]} uses zip compression method "
+                                 f"{info.compress_type}; only stored and deflated members are supported")
     with archive.open(info) as f:
         # ZipExtFile stops at the declared size, so this reads at most file_size bytes.
         data = f.read(info.file_size)
         if f.read(1):
-            raise _Corrupt(f"member {info.filename[:80]} is longer than it declares")
+            raise zipfile.BadZipFile(f"member {info.filename[:80]} is longer than it declares")
     if len(data) != info.file_size:
-        raise _Corrupt(f"member {info.filename[:80]} is shorter than it declares")
+        raise zipfile.BadZipFile(f"member {info.filename[:80]} is shorter than it declares")
     return data
 
 

@@ -10,9 +10,12 @@ array.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import re
+import zipfile
+import zlib
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,7 @@ import numpy as np
 
 from .checkpoint import hub_download, read_safetensors
 from .errors import CheckpointError, InputError, VoiceError
-from .pth import read_pth
+from .pth import read_member, read_pth
 
 PACK_LENGTH = 510
 STYLE_DIM = 256
@@ -34,6 +37,13 @@ LANG_CODES = frozenset("abefhijpz")
 _OFFICIAL_LIST = Path(__file__).parent / "data" / "voices.tsv"
 _TERM = re.compile(r"\s*([^()]*?)\s*(?:\(\s*([^()]*?)\s*\))?\s*")
 _SHOWN = 10  # names listed in an unknown-voice error
+# A voice file or archive entry holds one pack: 510 x 256 values, 1 MiB even as
+# float64. Anything much larger is not a voice and is refused before it is read.
+MAX_VOICE_BYTES = 4 << 20
+MAX_BIN_ENTRIES = 10_000
+# The largest |value| a voice pack may hold: style vectors of trained voices stay
+# within a few units; a larger value only makes noise, silence or NaN audio.
+MAX_VOICE_MAGNITUDE = 1e3
 
 
 @lru_cache(maxsize=1)
@@ -55,7 +65,43 @@ def validate_pack(arr: Any, what: str) -> np.ndarray:
                          f"[{PACK_LENGTH}, 1, {STYLE_DIM}] (or [{PACK_LENGTH}, {STYLE_DIM}])")
     if not np.isfinite(arr).all():
         raise VoiceError(f"{what} contains NaN or infinite values; the voice file is corrupt")
+    peak = float(np.abs(arr).max())
+    if peak > MAX_VOICE_MAGNITUDE:
+        raise VoiceError(f"{what} holds values up to {peak:.3g} in magnitude (a voice stays within "
+                         f"{MAX_VOICE_MAGNITUDE:g}); the voice file is corrupt or not a voice")
     return np.array(arr, dtype=np.float32, order="C").reshape(PACK_LENGTH, 1, STYLE_DIM)
+
+
+def npy_array(data: bytes, what: str) -> np.ndarray:
+    """An array from the bytes of a ``.npy`` file, its declared size checked against the bytes there."""
+    f = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"unsupported .npy version {version}")
+    except (ValueError, TypeError, SyntaxError, OverflowError) as e:
+        raise VoiceError(f"{what} is not a readable .npy array ({type(e).__name__}: {e})") from None
+    if dtype.hasobject:
+        raise VoiceError(f"{what} holds Python objects, not numbers; a voice pack is a float array")
+    count = math.prod(shape)
+    if count * dtype.itemsize != len(data) - f.tell():
+        raise VoiceError(f"{what} declares {count * dtype.itemsize} bytes of data but holds "
+                         f"{len(data) - f.tell()}; the file is truncated or corrupt")
+    arr = np.frombuffer(data, dtype=dtype, count=count, offset=f.tell())
+    return arr.reshape(shape, order="F" if fortran else "C")
+
+
+def _read_bounded(path: Path) -> bytes:
+    size = path.stat().st_size
+    if size > MAX_VOICE_BYTES:
+        raise VoiceError(f"voice file {path} is {size} bytes; a voice pack needs about 0.5 MB, "
+                         "so this is not a voice file")
+    with open(path, "rb") as f:
+        return f.read(MAX_VOICE_BYTES + 1)
 
 
 def read_voice_file(path: Path) -> np.ndarray:
@@ -65,9 +111,9 @@ def read_voice_file(path: Path) -> np.ndarray:
     suffix = path.suffix.lower()
     try:
         if suffix == ".pt":
-            arr: Any = read_pth(path)
+            arr: Any = read_pth(path, max_bytes=MAX_VOICE_BYTES)
         elif suffix == ".safetensors":
-            tensors = read_safetensors(path)
+            tensors = read_safetensors(path, max_bytes=MAX_VOICE_BYTES)
             if SAFETENSORS_KEY in tensors:
                 arr = tensors[SAFETENSORS_KEY]
             elif len(tensors) == 1:
@@ -76,14 +122,14 @@ def read_voice_file(path: Path) -> np.ndarray:
                 raise VoiceError(f"{path} holds {len(tensors)} tensors but none named "
                                  f"{SAFETENSORS_KEY!r}; convert the voice with kokoro-convert")
         elif suffix == ".npy":
-            arr = np.load(path, allow_pickle=False)
+            arr = npy_array(_read_bounded(path), f"voice {path}")
         else:
             raise VoiceError(f"{path}: unknown voice file type {suffix!r}; "
                              f"pass a {', '.join(VOICE_SUFFIXES)} file")
     except CheckpointError as e:
         raise VoiceError(f"cannot read voice file: {e}") from None
-    except (OSError, ValueError) as e:
-        raise VoiceError(f"cannot read voice file {path}: {e}") from None
+    except OSError as e:
+        raise VoiceError(f"cannot read voice file {path}: {e.strerror or e}") from None
     return validate_pack(arr, f"voice {path}")
 
 
@@ -132,15 +178,39 @@ class VoiceStore:
         path = self.voices_dir / VOICES_BIN
         return path if path.is_file() else None
 
-    def _bin_names(self) -> list[str]:
+    def _bin_entries(self) -> dict[str, str]:
+        """Voice name -> archive member of voices-v1.0.bin (a NumPy .npz zip)."""
         path = self._bin_path()
         if path is None:
-            return []
+            return {}
         try:
-            with np.load(path, allow_pickle=False) as archive:
-                return list(archive.files)
-        except (OSError, ValueError) as e:
-            raise VoiceError(f"cannot read voice archive {path} ({e}); re-download it") from None
+            with zipfile.ZipFile(path) as archive:
+                members = archive.namelist()
+        except (OSError, zipfile.BadZipFile, ValueError, EOFError) as e:
+            raise VoiceError(f"cannot read voice archive {path} ({type(e).__name__}: {e}); "
+                             "re-download it") from None
+        if len(members) > MAX_BIN_ENTRIES:
+            raise VoiceError(f"voice archive {path} has {len(members)} entries (at most {MAX_BIN_ENTRIES}); "
+                             "it is corrupt or not a voice archive")
+        return {m.removesuffix(".npy"): m for m in members}
+
+    def _bin_names(self) -> list[str]:
+        return list(self._bin_entries())
+
+    def _bin_pack(self, name: str) -> np.ndarray:
+        path = self._bin_path()
+        what = f"voice {name} in {path}"
+        try:
+            with zipfile.ZipFile(path) as archive:
+                info = archive.getinfo(self._bin_entries()[name])
+                if info.file_size > MAX_VOICE_BYTES:
+                    raise VoiceError(f"{what} declares {info.file_size} bytes; a voice pack needs about "
+                                     "0.5 MB, so the archive is corrupt")
+                data = read_member(archive, info)
+        except (OSError, zipfile.BadZipFile, zlib.error, EOFError, KeyError) as e:
+            raise VoiceError(f"cannot read {what} ({type(e).__name__}: {e}); "
+                             "re-download the archive") from None
+        return validate_pack(npy_array(data, what), what)
 
     def available(self) -> list[str]:
         """Voice names this store can load, sorted."""
@@ -167,10 +237,8 @@ class VoiceStore:
                 path = self.voices_dir / f"{name}{suffix}"
                 if path.is_file():
                     return read_voice_file(path)
-            if name in self._bin_names():
-                path = self._bin_path()
-                with np.load(path, allow_pickle=False) as archive:
-                    return validate_pack(archive[name], f"voice {name} in {path}")
+            if name in self._bin_entries():
+                return self._bin_pack(name)
         if self.repo_id is not None and name in official_voices():
             path = hub_download(self.repo_id, f"voices/{name}.pt",
                                 local_files_only=self.local_files_only, error=VoiceError)
