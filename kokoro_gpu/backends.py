@@ -22,17 +22,26 @@ golden fixtures). The CPU backend has no fast mode: it maps
 Device selection: ``"cpu"``; ``"cuda"`` (a :class:`BackendError` saying why when
 CUDA cannot be used); ``"auto"`` (CUDA when usable, else the CPU backend with
 one logged warning saying why). :func:`backend_info` reports what was found.
+The NVIDIA driver and a GPU are looked for first, through the driver library
+itself, so that a machine without them hears that, and not what the native
+engine would need to load.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import importlib
+import importlib.metadata
 import importlib.util
+import json
 import logging
 import secrets
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -116,22 +125,107 @@ class CPUBackend(Backend):
 # ------------------------------------------------------------------ CUDA state
 
 
+# The CUDA driver API's codes that mean "nothing to run on" (cuda.h).
+_CUDA_ERROR_NO_DEVICE = 100
+_CUDA_ERROR_STUB_LIBRARY = 34
+
+
+@functools.cache
+def driver_problem() -> str | None:
+    """Why this machine has no usable NVIDIA driver or GPU (None: the driver sees a GPU).
+
+    Asks the driver library (``libcuda``) directly through ctypes: cheap, and it
+    needs neither the native engine nor the CUDA libraries that it links.
+    """
+    name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+    try:
+        driver = ctypes.CDLL(name)
+    except OSError:
+        return f"no NVIDIA driver on this machine ({name} not found)"
+    status = driver.cuInit(0)
+    if status == _CUDA_ERROR_STUB_LIBRARY:
+        return "no NVIDIA driver on this machine (only the CUDA toolkit's stub libcuda)"
+    if status == _CUDA_ERROR_NO_DEVICE:
+        return "no CUDA GPU on this machine"
+    if status != 0:
+        return f"the NVIDIA driver failed to start (cuInit error {status})"
+    count = ctypes.c_int(0)
+    if driver.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
+        return "no CUDA GPU on this machine"
+    return None
+
+
+# Library sonames -> the CUDA major version whose wheels provide them.
+_LIBRARY_CUDA = {"libcufft.so.11": 12, "libcublas.so.12": 12, "libcufft.so.12": 13, "libcublas.so.13": 13}
+
+
+def _missing_library_hint(message: str) -> str:
+    cuda = next((v for lib, v in _LIBRARY_CUDA.items() if lib in message), None)
+    if cuda is None:
+        if not any(lib in message for lib in ("libcufft", "libcublas")):
+            return ""
+        return (
+            " (install cuFFT and cuBLAS: the CUDA toolkit's, or the nvidia-cufft and nvidia-cublas wheels"
+            " of its CUDA version)"
+        )
+    suffix = "-cu12" if cuda == 12 else ""
+    return (
+        f" (the engine was built for CUDA {cuda}; install its libraries with"
+        f" pip install nvidia-cufft{suffix} nvidia-cublas{suffix}, or pip install 'kokoro-gpu[cuda{cuda}]',"
+        " or put the CUDA toolkit's lib64 on LD_LIBRARY_PATH)"
+    )
+
+
+def _package_dir() -> Path:
+    return Path(__file__).resolve().parent
+
+
+def _installed_copy() -> tuple[Path | None, bool]:
+    """(an installed kokoro_gpu other than the one imported, whether the install is editable)."""
+    try:
+        dist = importlib.metadata.distribution("kokoro-gpu")
+    except importlib.metadata.PackageNotFoundError:
+        return None, False
+    direct_url = json.loads(dist.read_text("direct_url.json") or "{}")
+    editable = bool(direct_url.get("dir_info", {}).get("editable"))
+    located = Path(str(dist.locate_file("kokoro_gpu")))
+    if located.is_dir() and located.resolve() != _package_dir():
+        return located.resolve(), editable
+    return None, editable
+
+
+def _not_built_reason() -> str:
+    """Why the imported package has no engine: which copy was imported and how it was installed."""
+    package = _package_dir()
+    if not (package.parent / "pyproject.toml").is_file():
+        return "native engine not built (the package was installed without nvcc, or with KOKORO_NATIVE=0)"
+    installed, editable = _installed_copy()
+    if installed is not None:
+        return (
+            f"imported {package} from the source tree (the current directory), which has no built engine, "
+            f"instead of the installed copy in {installed}; run from another directory"
+        )
+    if editable:
+        return (
+            f"imported {package}, an editable install built without the engine (no nvcc, or "
+            "KOKORO_NATIVE=0); reinstall with nvcc on the PATH: pip install -e ."
+        )
+    return (
+        f"imported {package} from the source tree, which has no built engine; "
+        "run from another directory or pip install ."
+    )
+
+
 def load_native() -> tuple[ModuleType | None, str | None]:
     """Import the native engine: (module, None), or (None, why it cannot be used)."""
     try:
         return importlib.import_module(_NATIVE_MODULE), None
     except ModuleNotFoundError as e:
         if e.name == _NATIVE_MODULE:
-            return None, "native engine not built (the package was installed without a CUDA toolkit)"
+            return None, _not_built_reason()
         return None, f"native engine cannot be loaded: {e}"
     except ImportError as e:  # built, but a shared library (libcufft, libcublas) is missing
-        hint = ""
-        if any(lib in str(e) for lib in ("libcufft", "libcublas")):
-            hint = (
-                " (install cuFFT and cuBLAS: the CUDA toolkit's, or the nvidia-cufft and"
-                " nvidia-cublas wheels of its CUDA version)"
-            )
-        return None, f"native engine cannot be loaded: {e}{hint}"
+        return None, f"native engine cannot be loaded: {e}{_missing_library_hint(str(e))}"
 
 
 def _native_built() -> bool:
@@ -184,7 +278,10 @@ def _unusable_reason(status: dict[str, Any], devices: list[dict[str, Any]]) -> s
 
 
 def cuda_state() -> CudaState:
-    """Probe the native engine and the GPUs (cheap; nothing is initialised beyond the runtime)."""
+    """Probe the driver, then the native engine and the GPUs (cheap; nothing starts beyond the runtime)."""
+    problem = driver_problem()
+    if problem is not None:
+        return CudaState(native=None, usable=False, reason=problem)
     native, error = load_native()
     if native is None:
         return CudaState(native=None, usable=False, reason=error)
@@ -207,17 +304,22 @@ def backend_info() -> dict[str, Any]:
     """What this installation can run on, and why not CUDA when it cannot.
 
     Keys: ``native_built`` (the extension exists), ``native_loaded`` (it
-    imports), ``cuda_architectures`` (compiled for), ``cuda_available``,
+    imports), ``native_error`` (why it does not: which copy of the package was
+    imported and why it has no engine, or the library it lacks; None when it
+    loads), ``cuda_architectures`` (compiled for), ``cuda_available``,
     ``reason`` (why not, else None), ``device_index`` (the GPU the CUDA
     backend uses), ``devices`` (index, name, compute_capability,
     total_memory_bytes, multiprocessors), ``driver_version``,
     ``runtime_version`` ("13.0"; None when absent).
     """
     state = cuda_state()
+    # Without a driver the probe never imports the engine; import it here to say whether it loads.
+    native, native_error = (state.native, None) if state.native is not None else load_native()
     return {
         "native_built": _native_built(),
-        "native_loaded": state.native is not None,
-        "cuda_architectures": getattr(state.native, "cuda_architectures", None),
+        "native_loaded": native is not None,
+        "native_error": native_error,
+        "cuda_architectures": getattr(native, "cuda_architectures", None),
         "cuda_available": state.usable,
         "reason": state.reason,
         "device_index": state.device_index,

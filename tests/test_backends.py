@@ -1,7 +1,9 @@
 """Backend selection and fallback, without a GPU: the native module is replaced by fakes.
 
-Covers device names, the reasons CUDA is unusable (no native engine, no
-driver, an old driver, no device, an old GPU, a failed query), the one
+Covers device names, the reasons CUDA is unusable (no driver or GPU, found
+before the native engine is looked at; no native engine, and which copy of
+the package was imported; its missing libraries; an old driver, no device, an
+old GPU, a failed query), the one
 warning of the ``"auto"`` fallback, BackendError under ``"cuda"``, the engine
 failing to start, seeds and traces passed to the engine, and backend_info's
 shape on this machine.
@@ -10,6 +12,7 @@ shape on this machine.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
@@ -98,7 +101,68 @@ def _stub_cpu_backend(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def use_native(monkeypatch: pytest.MonkeyPatch, native: Any, error: str | None = None) -> None:
+    """A machine whose driver sees a GPU, with ``native`` (or ``error``) as the engine's import."""
+    monkeypatch.setattr(backends, "driver_problem", lambda: None)
     monkeypatch.setattr(backends, "load_native", lambda: (native, error))
+
+
+class FakeDriver:
+    """libcuda through ctypes: cuInit's status and the device count."""
+
+    def __init__(self, init_status: int, count: int) -> None:
+        self.init_status, self.count = init_status, count
+
+    def cuInit(self, flags: int) -> int:
+        return self.init_status
+
+    def cuDeviceGetCount(self, out: Any) -> int:
+        out._obj.value = self.count
+        return 0
+
+
+@pytest.mark.parametrize(
+    ("driver", "reason"),
+    [
+        (None, "no NVIDIA driver on this machine (libcuda.so.1 not found)"),
+        (FakeDriver(34, 0), "no NVIDIA driver on this machine (only the CUDA toolkit's stub libcuda)"),
+        (FakeDriver(100, 0), "no CUDA GPU on this machine"),
+        (FakeDriver(0, 0), "no CUDA GPU on this machine"),
+        (FakeDriver(999, 0), "the NVIDIA driver failed to start (cuInit error 999)"),
+        (FakeDriver(0, 2), None),
+    ],
+)
+def test_driver_and_gpu_are_found_without_the_engine(
+    monkeypatch: pytest.MonkeyPatch, driver: FakeDriver | None, reason: str | None
+) -> None:
+    def cdll(name: str) -> FakeDriver:
+        assert name == "libcuda.so.1"
+        if driver is None:
+            raise OSError(f"{name}: cannot open shared object file")
+        return driver
+
+    monkeypatch.setattr(backends.sys, "platform", "linux")
+    monkeypatch.setattr(backends.ctypes, "CDLL", cdll)
+    backends.driver_problem.cache_clear()
+    try:
+        assert backends.driver_problem() == reason
+    finally:
+        backends.driver_problem.cache_clear()
+
+
+def test_no_driver_is_said_before_the_engine_is_imported(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, config: ModelConfig
+) -> None:
+    """A CPU-only machine hears that it has no GPU, never which CUDA library the engine lacks."""
+
+    def engine_import() -> Any:
+        raise AssertionError("the engine must not be imported without a driver")
+
+    no_driver = "no NVIDIA driver on this machine (libcuda.so.1 not found)"
+    monkeypatch.setattr(backends, "driver_problem", lambda: no_driver)
+    monkeypatch.setattr(backends, "load_native", engine_import)
+    with caplog.at_level(logging.WARNING, logger="kokoro_gpu"):
+        assert backends.create_backend("auto", config, {}).device == "cpu"
+    assert [r.getMessage() for r in caplog.records] == [f"kokoro_gpu: using the CPU backend: {no_driver}"]
 
 
 @pytest.mark.parametrize(
@@ -164,7 +228,50 @@ def test_native_engine_without_its_libraries_says_what_to_install(
     monkeypatch.setattr(backends.importlib, "import_module", missing)
     native, reason = backends.load_native()
     assert native is None and reason is not None
-    assert "libcufft.so.12" in reason and "nvidia-cufft" in reason and "CUDA toolkit" in reason
+    # libcufft.so.12 is cuFFT 12, which ships with CUDA 13: the wheels without a -cu12 suffix.
+    assert reason.startswith("native engine cannot be loaded: libcufft.so.12: cannot open")
+    assert "built for CUDA 13" in reason and "pip install nvidia-cufft nvidia-cublas," in reason
+    assert "kokoro-gpu[cuda13]" in reason
+
+
+def test_cuda_12_libraries_get_their_wheel_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(name: str) -> Any:
+        raise ImportError("libcublas.so.12: cannot open shared object file: No such file or directory")
+
+    monkeypatch.setattr(backends.importlib, "import_module", missing)
+    _, reason = backends.load_native()
+    assert reason is not None and "pip install nvidia-cufft-cu12 nvidia-cublas-cu12" in reason
+
+
+def _not_built(monkeypatch: pytest.MonkeyPatch, package: Any, installed: Any, editable: bool) -> str | None:
+    def not_built(name: str) -> Any:
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    monkeypatch.setattr(backends.importlib, "import_module", not_built)
+    monkeypatch.setattr(backends, "_package_dir", lambda: package)
+    monkeypatch.setattr(backends, "_installed_copy", lambda: (installed, editable))
+    return backends.load_native()[1]
+
+
+def test_engine_not_built_names_the_copy_imported(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    source = tmp_path / "checkout" / "kokoro_gpu"
+    source.mkdir(parents=True)
+    (source.parent / "pyproject.toml").write_text("")
+    site = tmp_path / "site-packages" / "kokoro_gpu"
+    # Python started in the checkout imports it instead of the installed package.
+    reason = _not_built(monkeypatch, source, site, False)
+    assert reason == (
+        f"imported {source} from the source tree (the current directory), which has no built engine, "
+        f"instead of the installed copy in {site}; run from another directory"
+    )
+    reason = _not_built(monkeypatch, source, None, False)
+    assert reason == (
+        f"imported {source} from the source tree, which has no built engine; "
+        "run from another directory or pip install ."
+    )
+    assert _not_built(monkeypatch, source, None, True).startswith(f"imported {source}, an editable install")
+    # An installed package (no pyproject.toml beside it) was built without the engine.
+    assert _not_built(monkeypatch, site, None, False).startswith("native engine not built (")
 
 
 def test_cpu_never_probes_cuda(
@@ -241,6 +348,7 @@ def test_backend_info_on_this_machine() -> None:
     assert set(info) == {
         "native_built",
         "native_loaded",
+        "native_error",
         "cuda_architectures",
         "cuda_available",
         "reason",
@@ -254,6 +362,12 @@ def test_backend_info_on_this_machine() -> None:
     if not info["cuda_available"]:
         assert isinstance(info["reason"], str) and info["reason"]
         assert info["device_index"] is None
+    if not info["native_loaded"]:
+        assert isinstance(info["native_error"], str) and info["native_error"]
+        if not info["native_built"]:
+            assert str(Path(kokoro_gpu.__file__).parent) in info["native_error"] or (
+                info["native_error"].startswith("native engine not built")
+            )
 
 
 def test_fast_precision_reaches_the_engine(monkeypatch: pytest.MonkeyPatch, config: ModelConfig) -> None:
