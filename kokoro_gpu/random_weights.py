@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -213,13 +214,21 @@ def write_model_dir(
     and ``voices/NAME.safetensors`` (tensor ``voice``): the i-th name gets
     ``random_voice_pack(seed * 1000 + i)``.
     """
-    from safetensors.numpy import save_file
-
     cfg = config or ModelConfig.load()
     root = Path(path)
     (root / "voices").mkdir(parents=True, exist_ok=True)
     (root / "config.json").write_text(json.dumps(cfg.raw, ensure_ascii=False, indent=1), encoding="utf-8")
-    save_file(flatten_official(random_checkpoint(cfg, seed)), str(root / "kokoro-v1_0.safetensors"))
+    _save(flatten_official(random_checkpoint(cfg, seed)), root / "kokoro-v1_0.safetensors")
     for i, name in enumerate(voices):
-        save_file({"voice": random_voice_pack(seed * 1000 + i)}, str(root / "voices" / f"{name}.safetensors"))
+        _save({"voice": random_voice_pack(seed * 1000 + i)}, root / "voices" / f"{name}.safetensors")
     return root
+
+
+def _save(tensors: dict[str, np.ndarray], path: Path) -> None:
+    """safetensors' save_file, with the file mode a plain open() gives (it writes 0600)."""
+    from safetensors.numpy import save_file
+
+    save_file(tensors, str(path))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
