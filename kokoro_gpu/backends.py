@@ -5,17 +5,12 @@ durations). The CPU backend is the NumPy model in ``kokoro_gpu.model``; the CUDA
 backend drives the native engine (``kokoro_gpu._native``), which holds the
 weights on the GPU and runs the whole forward pass there in one call.
 
-Precision: ``"fp32"``: float32-level accuracy everywhere (the CUDA engine
-runs the dense and the generator's transposed convolutions on tensor cores
-with split FP16 operands, hi + lo, three products per multiply-add, fp32
-accumulation); ``"fast"`` runs the
-text encoder's, energy (N) predictor's, decoder's and generator's
-convolutions with plain FP16 operands and their other GEMMs in TF32, and
-keeps float32-level accuracy elsewhere: the F0 predictor's convolutions
-(F0 reaches the audio through the source's phase) and ALBERT's linears on
-split FP16 operands, LSTM recurrences, norms, the source and the STFTs in fp32
-(durations identical, audio within 1.2e-2 of the float64 truth on the
-golden fixtures). The CPU backend has no fast mode: it maps
+Precision: ``"fp32"``: float32-level accuracy everywhere; ``"fast"``: rounded
+FP16 operands and TF32 GEMMs in the text encoder, decoder and generator, with
+float32-level accuracy kept wherever it reaches the durations or F0 (durations
+identical to fp32, audio within 1.2e-2 of the float64 truth on the
+golden fixtures; the engine's per-layer plan: docs/DESIGN.md). The CPU
+backend has no fast mode: it maps
 ``"fast"`` to ``"fp32"`` (and reports ``precision == "fp32"``), so that
 ``device="auto"`` works with either precision.
 
@@ -118,8 +113,11 @@ class CPUBackend(Backend):
         seed: int | None,
         trace: dict[str, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
+        from .ops.parallel import blas_single_threaded
+
         rng = None if deterministic else np.random.default_rng(seed)
-        return self._model.forward_with_tokens(input_ids, ref_s, speed, rng=rng, trace=trace)
+        with blas_single_threaded():  # the model runs its own branches on threads
+            return self._model.forward_with_tokens(input_ids, ref_s, speed, rng=rng, trace=trace)
 
 
 # ------------------------------------------------------------------ CUDA state

@@ -58,7 +58,8 @@ void albert_forward(const Context& base, const int32_t* ids, const UtteranceRows
     // else the projection adds the bias (the same bits: its epilogue adds it
     // to the same sum) and the attention of each utterance reads it.
     const std::string qkv_prefix = layer + ".attention.qkv";
-    const bool split_weight = ctx.weights.has_split_linear(qkv_prefix + ".weight");
+    const bool split_weight =
+        ctx.weights.plan(qkv_prefix + ".weight").kernel == Kernel::kSplitLinear;
     int longest = 0, longest_split = 0;
     bool all_split = true;
     for (int u = 0; u < tokens.count(); ++u) {
@@ -87,7 +88,8 @@ void albert_forward(const Context& base, const int32_t* ids, const UtteranceRows
     const float* dense_b = ctx.w(layer + ".attention.dense.bias", hid);
     const float* ffn_b = ctx.w(layer + ".ffn.bias", inter);
     const float* ffn_output_b = ctx.w(layer + ".ffn_output.bias", hid);
-    const bool split_ffn_output = ctx.weights.has_split_linear(layer + ".ffn_output.weight");
+    const bool split_ffn_output = ctx.weights.plan(layer + ".ffn_output.weight").kernel ==
+                                  Kernel::kSplitLinear;
 
     for (int i = 0; i < cfg.bert_layers; ++i) {
         ops::SplitSums qkv_sums = qkv;

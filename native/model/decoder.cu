@@ -42,7 +42,7 @@ void adain_res_blk1d(const Context& ctx, const Context& lane, const std::string&
     };
     ops::ConstFloatOrHalf shortcut = nullptr;
     const std::string conv1x1 = prefix + ".conv1x1";
-    if (c_in != c_out && lane.weights.has_half(conv1x1 + ".weight")) {
+    if (c_in != c_out && tensor_core(lane.weights.plan(conv1x1 + ".weight").kernel)) {
         shortcut = lane.conv1x1_half(conv1x1, upsampled(x, c_in), c_in, c_out, t_out,
                                      "block.shortcut_half");
     } else if (c_in != c_out) {

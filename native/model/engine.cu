@@ -8,11 +8,10 @@
 //   concatenated so one GEMV per half computes every AdaIN style vector;
 //   each attention's query, key and value linears are stacked into one,
 //   "<attention>.qkv", so ALBERT projects all three in one GEMM.
-//   The conv weights that the tensor-core convs read (DeviceWeights::
-//   half_only) go instead, as FP16 with the last axis padded to 8
-//   (ops::conv_weight_to_half_rows: rounded for precision "fast", split
-//   into hi and lo parts for "fp32" and for the prosody predictor's in
-//   both), into a second arena, with ALBERT's split linears (fast).
+//   The weights that the precision plan (precision_plan.h) gives to the
+//   tensor-core convs go instead, as FP16 with the last axis padded to 8
+//   (ops::conv_weight_to_half_rows, in the plan's operand form), into a
+//   second arena, with the split linears' split FP16 copies.
 // - Workspace: named buffers reused across calls; a buffer grows only when a
 //   longer input needs more (the old one is freed after the lane drains).
 // - Lane: four streams with their events and cuBLAS handles (main, side at
@@ -184,33 +183,7 @@ int64_t HostTensor::numel() const {
 
 // ------------------------------------------------------------- DeviceWeights
 
-bool DeviceWeights::split_linear(const std::string& name, size_t dims) {
-    const std::string suffix = ".weight";
-    const bool weight = name.size() > suffix.size() &&
-                        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-    return dims == 2 && weight &&
-           (name.rfind("bert.encoder.", 0) == 0 || name == "bert_encoder.weight");
-}
-
-bool DeviceWeights::half_only(const std::string& name, int c_in) {
-    return c_in >= kMinHalfChannels && name.find(".pool.") == std::string::npos;
-}
-
-bool DeviceWeights::half_pointwise(const std::string& name, ops::HalfOperands form) {
-    return half_form(name, form) == ops::HalfOperands::kRounded &&
-           (name.rfind("decoder.", 0) == 0 || name.rfind("predictor.", 0) == 0) &&
-           name.find(".conv1x1.") != std::string::npos;
-}
-
-bool DeviceWeights::half_transposed(const std::string& name) {
-    return name.find(".ups.") != std::string::npos;
-}
-
-ops::HalfOperands DeviceWeights::half_form(const std::string& name, ops::HalfOperands form) {
-    return name.rfind("predictor.F0", 0) == 0 ? ops::HalfOperands::kSplit : form;
-}
-
-DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOperands form,
+DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, Precision precision,
                              const StridedConvs& strided) {
     // Lay out every device tensor as (offset, pieces copied from the host);
     // derived tensors (folded LSTM biases, relaid conv weights) are built in
@@ -230,8 +203,11 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
         total += ops::round_up(static_cast<size_t>(count), kArenaAlignFloats);
         return offset;
     };
-    // Linear weight w [out, in] as split FP16 only (split_linear).
-    const bool split_linears = form == ops::HalfOperands::kRounded;
+    auto plan_of = [&](const std::string& name, const std::vector<int64_t>& shape) {
+        const WeightPlan p = plan_weight(name, shape, precision, strided.count(name) != 0);
+        plans_[name] = p;
+        return p;
+    };
     // `count` FP16 values of tensor `name` in the FP16 arena's host image
     // (the pointer: until the next placement).
     auto place_half = [&](const std::string& name, int64_t count) {
@@ -268,31 +244,37 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
             attention_prefixes.insert(m[1]);
         } else if (std::regex_match(name, m, style_fc_name)) {
             style_prefixes[static_cast<int>(style_half_of(name))].insert(m[1]);
-        } else if (split_linears && split_linear(name, tensor.shape.size())) {
-            place_split(name, tensor.data, tensor.shape[0], tensor.shape[1]);
-        } else if (name.rfind("bert.pooler.", 0) != 0) {  // the pooler is unused
+        } else {
+            const WeightPlan plan = plan_of(name, tensor.shape);
+            if (plan.kernel == Kernel::kUnused) continue;
+            if (plan.kernel == Kernel::kSplitLinear) {
+                if (tensor.shape.size() != 2) {
+                    throw WeightsError("tensor '" + name + "' is not a linear weight [out, in]");
+                }
+                place_split(name, tensor.data, tensor.shape[0], tensor.shape[1]);
+                continue;
+            }
             const float* src = tensor.data;
-            if (tensor.shape.size() == 3 &&
-                (tensor.shape[2] > 1 || half_pointwise(name, form))) {  // a conv weight
+            // A conv weight (3-D; its kernel axis moves to the middle, which
+            // for K = 1 changes nothing).
+            if (tensor.shape.size() == 3 && (tensor.shape[2] > 1 || tensor_core(plan.kernel))) {
                 const int64_t A = tensor.shape[0];
                 const int B = int(tensor.shape[1]), K = int(tensor.shape[2]);
                 owned.emplace_back(static_cast<size_t>(tensor.numel()));
                 ops::conv_weight_to_device_layout(tensor.data, owned.back().data(), A, B, K);
                 src = owned.back().data();
-                const auto polyphase = strided.find(name);
-                if (polyphase != strided.end() && form == ops::HalfOperands::kRounded) {
-                    const auto [stride, pad] = polyphase->second;
+                const ops::HalfOperands wform = half_operands(plan.operands);
+                if (plan.kernel == Kernel::kTensorCoreStrided) {
+                    const auto [stride, pad] = strided.at(name);
                     const int64_t n = ops::conv_weight_polyphase_halves(int(A), K, B, stride, pad);
                     const float scale = ops::conv_weight_to_polyphase_half_rows(
                         src, place_half(name, n), int(A), K, B, stride, pad);
-                    half_entries_[name] = {nullptr, n, scale, form};
-                    polyphase_.insert(name);
+                    half_entries_[name] = {nullptr, n, scale, wform};
                     continue;  // no fp32 copy
                 }
                 // Conv1d [c_out, c_in, K]; transposed [c_in, c_out, K].
-                const bool transposed = half_transposed(name);
-                if (half_only(name, transposed ? int(A) : B)) {
-                    const ops::HalfOperands wform = half_form(name, form);
+                if (tensor_core(plan.kernel)) {
+                    const bool transposed = plan.kernel == Kernel::kTensorCoreTransposed;
                     const int64_t n = transposed ? int64_t(K) * B * ops::half_rows_pitch(int(A))
                                                  : A * K * ops::half_rows_pitch(B);
                     __half* dst = place_half(name, n * ops::half_parts(wform));
@@ -338,9 +320,11 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
                     throw WeightsError("LSTM " + prefix + " has mismatched shapes");
             }
         }
-        LstmOffsets lo{split_linears ? kNoOffset : place(2 * expect[0]), place(2 * expect[1]),
+        const bool split_ih = plan_of(prefix + ".weight_ih", {2 * gates, in}).kernel ==
+                              Kernel::kSplitLinear;
+        LstmOffsets lo{split_ih ? kNoOffset : place(2 * expect[0]), place(2 * expect[1]),
                        place(2 * gates), in, hidden};
-        if (split_linears) {
+        if (split_ih) {
             std::vector<float> w_ih(2 * size_t(expect[0]));
             for (int dir = 0; dir < 2; ++dir) {
                 std::copy_n(t[dir][0]->data, expect[0], w_ih.begin() + dir * expect[0]);
@@ -349,7 +333,7 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
         }
         std::vector<float> bias(2 * gates);
         for (int dir = 0; dir < 2; ++dir) {
-            if (!split_linears) {
+            if (!split_ih) {
                 pieces.push_back({lo.w_ih + dir * expect[0], t[dir][0]->data, expect[0]});
             }
             pieces.push_back({lo.w_hh + dir * expect[1], t[dir][1]->data, expect[1]});
@@ -377,7 +361,7 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
             rows += shape[0];
         }
         const int64_t in = w[0]->shape[1];
-        const bool split = split_linears && split_linear(name + ".weight", 2);
+        const bool split = plan_of(name + ".weight", {rows, in}).kernel == Kernel::kSplitLinear;
         const size_t w_offset = split ? 0 : place(rows * in), b_offset = place(rows);
         std::vector<float> stacked(split ? size_t(rows * in) : 0);
         int64_t row = 0;
@@ -460,9 +444,10 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOp
 const float* DeviceWeights::get(const std::string& name, int64_t numel) const {
     auto it = entries_.find(name);
     if (it == entries_.end()) {
-        throw WeightsError(has_half(name) ? "tensor '" + name +
-                                                "' is kept as FP16 only (a tensor-core conv's)"
-                           : has_split_linear(name)
+        const Kernel kernel = plan(name).kernel;
+        throw WeightsError(tensor_core(kernel) ? "tensor '" + name +
+                                                     "' is kept as FP16 only (a tensor-core conv's)"
+                           : kernel == Kernel::kSplitLinear
                                ? "tensor '" + name + "' is kept as split FP16 only"
                                : "the weights lack tensor '" + name + "'");
     }
@@ -623,7 +608,8 @@ ops::ChannelPartials Context::conv1d(const std::string& prefix, ops::ScaledSum x
                                      const char* y_stats_slot) const {
     const int64_t numel = int64_t(c_out) * (c_in / groups) * kernel;
     const float* b = bias ? weights.get(prefix + ".bias", c_out) : nullptr;
-    if (weights.polyphase(prefix + ".weight")) {
+    const Kernel path = weights.plan(prefix + ".weight").kernel;
+    if (path == Kernel::kTensorCoreStrided) {
         if (groups != 1 || dilation != 1) {
             throw std::logic_error(prefix + ": a strided tensor-core conv is dense, undilated");
         }
@@ -642,7 +628,7 @@ ops::ChannelPartials Context::conv1d(const std::string& prefix, ops::ScaledSum x
                                       pad, residual, scratch, stream, y_stats.data, conv_streams);
         return y_stats;
     }
-    if (groups == 1 && stride == 1 && weights.has_half(prefix + ".weight")) {
+    if (groups == 1 && stride == 1 && tensor_core(path)) {
         const DeviceWeights::HalfConv w = weights.get_half(
             prefix + ".weight", int64_t(c_out) * kernel * ops::half_rows_pitch(c_in));
         __half* rows = half_rows(c_in, t_in, w.form);
@@ -677,7 +663,7 @@ ops::ChannelPartials Context::adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOr
         throw std::logic_error("adain_conv1d " + conv_prefix +
                                ": an FP16 hidden (no bias, no residual) needs a statistics slot");
     }
-    if (!weights.has_half(weight)) {
+    if (!tensor_core(weights.plan(weight).kernel)) {
         if (out_scale != 1.f || x.f16 != nullptr || y.f16 != nullptr ||
             residual.f16 != nullptr) {
             throw std::logic_error("adain_conv1d " + conv_prefix +
@@ -733,7 +719,7 @@ void Context::pool_conv1d(const std::string& pool_prefix, const std::string& con
     const int t_out =
         ops::conv_transpose1d_out_len(t_in, kPoolKernel, kPoolStride, kPoolPad, kPoolOutputPad);
     const std::string conv_weight = conv_prefix + ".weight";
-    if (!weights.has_half(conv_weight)) {
+    if (!tensor_core(weights.plan(conv_weight).kernel)) {
         float* pooled = floats("block.pooled", int64_t(c) * t_out);
         conv_transpose1d(pool_prefix, x, pooled, c, c, t_in, kPoolKernel, kPoolStride, kPoolPad,
                          kPoolOutputPad, c);
@@ -770,7 +756,7 @@ ops::ChannelPartials Context::conv_transpose1d(const std::string& prefix, ops::S
                                                const char* y_stats_slot) const {
     const std::string weight = prefix + ".weight";
     const float* b = weights.get(prefix + ".bias", c_out);
-    if (groups == 1 && output_padding == 0 && weights.has_half(weight)) {
+    if (groups == 1 && output_padding == 0 && tensor_core(weights.plan(weight).kernel)) {
         const DeviceWeights::HalfConv w =
             weights.get_half(weight, int64_t(kernel) * c_out * ops::half_rows_pitch(c_in));
         __half* rows = half_rows(c_in, t_in, w.form);
@@ -817,7 +803,7 @@ void Context::linear(const std::string& prefix, const float* x, float* y, int ro
                      float beta, bool with_bias) const {
     const std::string weight = prefix + ".weight";
     const float* b = with_bias ? weights.get(prefix + ".bias", out) : nullptr;
-    if (weights.has_split_linear(weight)) {
+    if (weights.plan(weight).kernel == Kernel::kSplitLinear) {
         split_linear(weight, x, b, y, rows, in, out, beta);
         return;
     }
@@ -886,7 +872,7 @@ void Context::split_linear(const std::string& weight, const float* x, const floa
 ops::SplitSums Context::linear_sums(const std::string& prefix, const float* x, float* y,
                                     int rows, int in, int out, float beta) const {
     const std::string weight = prefix + ".weight";
-    if (!weights.has_split_linear(weight)) {
+    if (weights.plan(weight).kernel != Kernel::kSplitLinear) {
         linear(prefix, x, y, rows, in, out, beta, false);
         return y;
     }
@@ -900,7 +886,7 @@ ops::SplitSums Context::linear_sums(const std::string& prefix, const float* x, f
 void Context::lstm(const std::string& prefix, const float* x, float* out, int T) const {
     const DeviceWeights::Lstm l = weights.lstm(prefix);
     const bool stacked = utterance_rows != nullptr && utterance_rows->stacked();
-    if (l.w_ih != nullptr) {
+    if (weights.plan(prefix + ".weight_ih").kernel != Kernel::kSplitLinear) {
         // (cuBLAS picks its kernel by the row count: stacked rows would not
         // keep each utterance's bits)
         if (stacked) throw std::logic_error(prefix + ": stacked utterances need a split LSTM");
@@ -999,7 +985,7 @@ private:
 
 class Lane {
 public:
-    Lane(const ModelConfig& cfg, const DeviceWeights& weights, bool fast,
+    Lane(const ModelConfig& cfg, const DeviceWeights& weights, Precision precision,
          std::shared_ptr<PinnedPool> audio_pool);
     ~Lane();
     Lane(const Lane&) = delete;
@@ -1052,7 +1038,9 @@ private:
 
     const ModelConfig& cfg_;
     const DeviceWeights& weights_;
-    bool fast_;  // precision "fast" for the text encoder, decoder and generator
+    Precision precision_;
+    // Whether `part`'s contexts run fast (the precision plan's part table).
+    bool fast(ModelPart part) const { return part_runs_fast(part, precision_); }
     // Declared in teardown order: later members go first.
     Owned<cudaStream_t, StreamDeleter> streams_[kStreams];
     std::unique_ptr<void, DeviceFree> blas_workspace_[kStreams];
@@ -1076,11 +1064,11 @@ private:
     float* audio_staging(int64_t floats);
 };
 
-Lane::Lane(const ModelConfig& cfg, const DeviceWeights& weights, bool fast,
+Lane::Lane(const ModelConfig& cfg, const DeviceWeights& weights, Precision precision,
            std::shared_ptr<PinnedPool> audio_pool)
     : cfg_(cfg),
       weights_(weights),
-      fast_(fast),
+      precision_(precision),
       stft_(cfg.n_fft, cfg.hop),
       audio_pool_(std::move(audio_pool)) {
     // The critical path first: every stream but the side stream gets the
@@ -1261,8 +1249,8 @@ void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
     float* logits = ws_.floats("group.dur_logits", int64_t(rows) * cfg_.max_dur);
     float* t_en = ws_.floats("group.t_en", int64_t(hid) * rows);
     int32_t* dur = ws_.ints("group.durations", rows);
-    const Context ctx = context(0, false, nullptr);
-    const Context side = context(kSideStream, fast_, nullptr);
+    const Context ctx = context(0, fast(ModelPart::kTokenPath), nullptr);
+    const Context side = context(kSideStream, fast(ModelPart::kTextEncoder), nullptr);
 
     // The token phase of the whole group: Lane::run's, stacked (a graph per
     // group of these lengths).
@@ -1353,8 +1341,8 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
     float* logits = ws_.floats("engine.dur_logits", int64_t(T) * cfg_.max_dur);
     float* t_en = ws_.floats("engine.t_en", int64_t(hid) * T);
     int32_t* dur = ws_.ints("engine.durations", T);
-    const Context ctx = context(0, false, trace);
-    const Context side = context(kSideStream, fast_, trace);
+    const Context ctx = context(0, fast(ModelPart::kTokenPath), trace);
+    const Context side = context(kSideStream, fast(ModelPart::kTextEncoder), trace);
     ctx.mark("start");
 
     // Token side: styles, ALBERT, then text encoder || bert_encoder, duration
@@ -1387,8 +1375,8 @@ ForwardResult Lane::frames(const Utterance& u, std::vector<int32_t> durations, T
     uint64_t* seed = ws_.words("input.seed", 1);
     KOKORO_CUDA_CHECK(
         cudaMemcpyAsync(seed, &u.seed, sizeof(uint64_t), cudaMemcpyHostToDevice, main));
-    const Context ctx = context(0, false, trace);
-    const Context side = context(kSideStream, fast_, trace);
+    const Context ctx = context(0, fast(ModelPart::kProsodyStacks), trace);
+    const Context side = context(kSideStream, fast(ModelPart::kGenerator), trace);
     ForwardResult result;
     const int F = frame_count(durations, cfg_);
     result.durations.assign(durations.begin(), durations.end());
@@ -1424,21 +1412,25 @@ ForwardResult Lane::frames(const Utterance& u, std::vector<int32_t> durations, T
         }
         ctx.mark("alignment, shared LSTM");
         ctx.record("shared_lstm", shared_rows, {F, hid});
-        const Context resblocks[kResblockStreams] = {context(2, fast_, trace),
-                                                     context(3, fast_, trace)};
-        f0n_forward(ctx, side.with_fast(false), resblocks[0].with_fast(false),
-                    resblocks[1].with_fast(false), shared_rows, F, f0, n);
+        const bool prosody_fast = fast(ModelPart::kProsodyStacks);
+        const Context resblocks[kResblockStreams] = {
+            context(2, fast(ModelPart::kGenerator), trace),
+            context(3, fast(ModelPart::kGenerator), trace)};
+        f0n_forward(ctx, side.with_fast(prosody_fast), resblocks[0].with_fast(prosody_fast),
+                    resblocks[1].with_fast(prosody_fast), shared_rows, F, f0, n);
         ctx.record("F0", f0, {2 * F});
         ctx.record("N", n, {2 * F});
         ctx.record("t_en", t_en, {hid, T});
         side.wait_for(ctx);  // f0
         const float* har = generator_source(side, stft, f0, F, u.deterministic, seed);
         side.mark("harmonic source, STFT (side stream)");
-        const Context fast = ctx.with_fast(fast_);
-        decoder_forward(fast, resblocks[0], t_en, frame_token, T, F, f0, n, dec_out);
-        fast.mark("decoder");
-        generator_forward(fast, side, resblocks, stft, dec_out, har, F, audio);
-        fast.mark("conv_post, iSTFT");
+        const Context decoder = ctx.with_fast(fast(ModelPart::kDecoder));
+        decoder_forward(decoder, resblocks[0].with_fast(fast(ModelPart::kDecoder)), t_en,
+                        frame_token, T, F, f0, n, dec_out);
+        decoder.mark("decoder");
+        const Context generator = ctx.with_fast(fast(ModelPart::kGenerator));
+        generator_forward(generator, side, resblocks, stft, dec_out, har, F, audio);
+        generator.mark("conv_post, iSTFT");
     });
 
     result.audio = audio_pool_->take(samples);
@@ -1543,19 +1535,16 @@ Engine::Engine(const ModelConfig& config, const HostWeights& weights, int device
     KOKORO_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     batch_lanes_ =
         int(std::clamp<size_t>(prop.totalGlobalMem / kBytesPerLane, kMinLanes, kMaxLanes));
-    weights_ = std::make_unique<DeviceWeights>(
-        weights, cfg_.style_dim,
-        precision_ == Precision::kFast ? ops::HalfOperands::kRounded : ops::HalfOperands::kSplit,
-        generator_strided_convs(cfg_));
+    weights_ = std::make_unique<DeviceWeights>(weights, cfg_.style_dim, precision_,
+                                               generator_strided_convs(cfg_));
     lane(0);
 }
 
 Engine::~Engine() = default;  // the lanes drain their streams
 
 Lane& Engine::lane(size_t index) {
-    const bool fast = precision_ == Precision::kFast;
     while (lanes_.size() <= index) {
-        lanes_.push_back(std::make_unique<Lane>(cfg_, *weights_, fast, audio_pool_));
+        lanes_.push_back(std::make_unique<Lane>(cfg_, *weights_, precision_, audio_pool_));
     }
     return *lanes_[index];
 }
@@ -1626,7 +1615,8 @@ std::vector<ForwardResult> Engine::forward_batch(const std::vector<Utterance>& u
     // one block per SM (docs/PERFORMANCE.md: 64 medium utterances +0.7%
     // against two groups per lane, three H200s).
     std::vector<size_t> group_starts;
-    const bool grouped = weights_->has_split_linear("bert_encoder.weight");
+    const bool grouped =
+        weights_->plan("bert_encoder.weight").kernel == Kernel::kSplitLinear;
     const size_t per_group =
         grouped ? std::clamp<size_t>((utterances.size() + n_lanes - 1) / n_lanes, 1,
                                      kMaxGroupUtterances)

@@ -277,16 +277,17 @@ void generator_forward(const Context& ctx, const Context& side,
         // input's AdaIN needs them), as FP16 channels of its own (rounded
         // weights), which the blocks' first convs read raw at the last stage.
         const int reflect = s.t_out - s.t_up, pad = (kernel - rate) / 2;
+        const std::string ups = g + ".ups." + idx;
         const bool half_in =
             ctx.fast && ops::conv_transpose1d_half_rows_stats_parts(
                             s.c_in, s.c_out, s.t_in, kernel, rate, pad, reflect,
-                            ops::HalfOperands::kRounded) > 0;
+                            half_operands(ctx.weights.plan(ups + ".weight").operands)) > 0;
         const ops::FloatOrHalf stage_in =
             half_in ? ops::FloatOrHalf(ctx.halves("generator.stage_in",
                                                   ops::half_channels_values(s.c_out, s.t_out)))
                     : ops::FloatOrHalf(source);
         const ops::ChannelPartials in_stats =
-            ctx.conv_transpose1d(g + ".ups." + idx, stage_x, stage_in, s.c_in, s.c_out, s.t_in,
+            ctx.conv_transpose1d(ups, stage_x, stage_in, s.c_in, s.c_out, s.t_in,
                                  kernel, rate, pad, 0, 1, kStageSlope, reflect, source, "stage_in");
         // stage_x is consumed: the blocks' outputs may take its buffers.
         // Mean of the stage's residual blocks, ((out0 + out1) + out2) / 3 in

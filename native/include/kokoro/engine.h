@@ -83,19 +83,10 @@ struct Utterance {
     uint64_t seed = 0;
 };
 
-// The dense convs (at least 32 input channels) and the generator's
-// transposed upsamplers run on the FP16 tensor cores (fp32 accumulation) in
-// both: kFp32 with split operands (hi + lo, three
-// products: float32-level accuracy), kFast with rounded ones and its other
-// GEMMs in the text encoder, decoder and generator in TF32, except the
-// prosody predictor's F0/N convs (split in both) and, in kFast, ALBERT's
-// and bert_encoder's linears (split operands, ops::linear_split_half).
-// Everything else is plain fp32 in both: the rest of the duration path,
-// LSTM recurrences, norms, attention, the source and the STFTs.
-enum class Precision { kFp32 = 0, kFast = 1 };
-
 class Lane;
 
+// `precision`: what runs in which form is the precision plan's
+// (precision_plan.h).
 class Engine {
 public:
     Engine(const ModelConfig& config, const HostWeights& weights, int device,

@@ -7,10 +7,9 @@
 //   so a forward pass computes every AdaIN/AdaLayerNorm style in one GEMV,
 //   and each attention's query, key, value linears stacked into the one
 //   linear "<attention>.qkv" (weight [3 * hidden, in], bias [3 * hidden]);
-//   the weights of the tensor-core convs as FP16 only (rounded for precision
-//   "fast", split into hi and lo parts for "fp32"); for "fast", also
-//   ALBERT's and bert_encoder's linear weights as split FP16 only
-//   (ops::linear_split_half);
+//   each weight in the form the precision plan gives it (precision_plan.h:
+//   the tensor-core convs' as FP16 only, the split linears' as split FP16
+//   only);
 // - Workspace: named device scratch buffers, allocated on first use and
 //   reused across calls, grown only when a longer input needs more (the old
 //   buffer is retired, freed once the owner's streams have drained, and the
@@ -34,7 +33,6 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -42,6 +40,7 @@
 #include <cuda_runtime.h>
 
 #include "kokoro/ops.h"
+#include "kokoro/precision_plan.h"
 
 namespace kokoro {
 
@@ -96,6 +95,11 @@ using HostWeights = std::unordered_map<std::string, HostTensor>;
 // prosody predictor. Style projections are grouped by the half they read.
 enum class StyleHalf { kDecoder = 0, kProsody = 1 };
 
+// The ops' form of a tensor-core weight's plan operands.
+inline ops::HalfOperands half_operands(Operands operands) {
+    return operands == Operands::kSplit ? ops::HalfOperands::kSplit : ops::HalfOperands::kRounded;
+}
+
 // Frees device memory owned by a std::unique_ptr.
 struct DeviceFree {
     void operator()(void* ptr) const noexcept;
@@ -103,37 +107,22 @@ struct DeviceFree {
 
 class DeviceWeights {
 public:
-    // The conv weights the tensor-core convs read (half_only) are kept as
-    // FP16 alone, in `form` (rounded for precision "fast", split for
-    // "fp32") or as half_form() says; in rounded form the `strided` convs
-    // too, in their polyphase form (ops::conv_weight_to_polyphase_half_rows).
-    DeviceWeights(const HostWeights& host, int style_dim, ops::HalfOperands form,
+    // Every weight is stored as the precision plan says (plan_weight): a
+    // tensor-core conv's as FP16 alone, in its operand form (a strided
+    // conv's in its polyphase form, ops::conv_weight_to_polyphase_half_rows,
+    // from `strided`), a split linear's as split FP16 alone, the others as
+    // fp32.
+    DeviceWeights(const HostWeights& host, int style_dim, Precision precision,
                   const StridedConvs& strided);
-    static constexpr int kMinHalfChannels = 32;
-    // The one place that says which convs run on the tensor cores: a conv
-    // weight (K >= 2, or half_pointwise) of every dense conv with at least
-    // kMinHalfChannels inputs, the generator's transposed upsamplers included
-    // (polyphase, ops::conv_transpose1d_half_rows), not the decoder's
-    // depthwise "pool".
-    static bool half_only(const std::string& name, int c_in);
-    // The transposed convs that run on the tensor cores: the generator's
-    // upsamplers "ups" (dense; the decoder's depthwise "pool" is not), whose
-    // weights [c_in, c_out, K] are kept as conv_transpose_weight_to_half_rows
-    // stores them.
-    static bool half_transposed(const std::string& name);
-    // The pointwise convs kept as FP16 too (Context::conv1x1_half): the
-    // block shortcuts "conv1x1" of the decoder and of the N stack in rounded
-    // form (precision "fast"; the F0 stack's stays fp32, as its other
-    // weights stay split).
-    static bool half_pointwise(const std::string& name, ops::HalfOperands form);
-    // The FP16 form of tensor-core conv weight `name` in an engine of
-    // `form`: the prosody predictor's F0 stack is split in every precision,
-    // since F0 reaches the audio through the source's phase and must stay
-    // float32-accurate; the others (the N stack too: N feeds only the
-    // decoder, whose operands are the engine's form) take the engine's form.
-    static ops::HalfOperands half_form(const std::string& name, ops::HalfOperands form);
     DeviceWeights(const DeviceWeights&) = delete;
     DeviceWeights& operator=(const DeviceWeights&) = delete;
+
+    // The plan that weight `name` was uploaded by (the layers take their
+    // path from it); kFloat for a name the weights lack (get() then says so).
+    WeightPlan plan(const std::string& name) const {
+        const auto it = plans_.find(name);
+        return it == plans_.end() ? WeightPlan{} : it->second;
+    }
 
     // A weight by folded name, checked to hold `numel` values. An
     // attention's "<p>.query/key/value.weight/bias" exist only stacked, as
@@ -145,27 +134,16 @@ public:
         float scale;  // the conv's w_scale
         ops::HalfOperands form;
     };
-    bool has_half(const std::string& name) const { return half_entries_.count(name) != 0; }
-    // Whether conv weight `name`'s tensor-core copy is a strided conv's
-    // polyphase form.
-    bool polyphase(const std::string& name) const { return polyphase_.count(name) != 0; }
     // The tensor-core copy of conv weight `name`, checked to hold `numel`
     // values per FP16 part.
     HalfConv get_half(const std::string& name, int64_t numel) const;
-    // The linear weights kept as split FP16 only where the form is kRounded
-    // (precision "fast": its token phase must still give fp32's durations,
-    // which TF32 or rounded FP16 would not): ALBERT's encoder linears,
-    // bert_encoder, and every LSTM's input projection (both directions
-    // stacked, as "<prefix>.weight_ih"). fp32 engines keep them for
-    // cublasSgemm.
-    static bool split_linear(const std::string& name, size_t dims);
+    // A split linear's copy: ALBERT's encoder linears, bert_encoder and every
+    // LSTM's input projection (both directions stacked, as
+    // "<prefix>.weight_ih") where the plan says so.
     struct SplitLinear {
         const __half* w;  // [2, out, ops::split_pitch(in)]: hi, lo
         float scale;      // the GEMM's w_scale
     };
-    bool has_split_linear(const std::string& name) const {
-        return split_entries_.count(name) != 0;
-    }
     // The split copy of linear weight `name` (an attention's stacked
     // "<p>.qkv.weight" too), checked to be [out, in].
     SplitLinear get_split_linear(const std::string& name, int out, int in) const;
@@ -213,7 +191,7 @@ private:
     size_t bytes_ = 0;
     std::unordered_map<std::string, Entry> entries_;
     std::unordered_map<std::string, HalfEntry> half_entries_;
-    std::unordered_set<std::string> polyphase_;  // of half_entries_
+    std::unordered_map<std::string, WeightPlan> plans_;
     std::unordered_map<std::string, HalfEntry> split_entries_;  // numel: both parts'
     std::unordered_map<std::string, Lstm> lstms_;
     std::unordered_map<std::string, StyleSlot> style_slots_;
@@ -419,8 +397,8 @@ struct Context {
     // and take their scratch from the workspace.
     // Conv1d x [c_in, t_in] -> y [c_out, t_out]; y = conv(act(x)) + residual
     // if given, act = LeakyReLU(leaky_slope) (1: none). Convs with a
-    // tensor-core weight (DeviceWeights::half_only, or a strided conv's
-    // polyphase one) run on the FP16 tensor-core kernel (x converted to half
+    // tensor-core plan (precision_plan.h; a strided conv's polyphase one
+    // too) run on the FP16 tensor-core kernel (x converted to half
     // rows first, in the weight's form, act on the way); the others in fp32,
     // or TF32 GEMMs where `fast`.
     // x may be a ScaledSum of several tensors where the conv has a
@@ -475,7 +453,7 @@ struct Context {
     void pool_conv1d(const std::string& pool_prefix, const std::string& conv_prefix,
                      const float* x, float* y, int c, int c_out, int t_in) const;
     // The pointwise conv `prefix` (no bias) of x [c_in, t] on its FP16 weight
-    // (DeviceWeights::half_pointwise): y [c_out, t] FP16 channels-first in the
+    // (the precision plan's 1x1 block shortcuts): y [c_out, t] FP16 channels-first in the
     // workspace slot `y_slot`, on the tensor-core conv (K = 1).
     const __half* conv1x1_half(const std::string& prefix, const float* x, int c_in, int c_out,
                                int t, const char* y_slot) const;
@@ -496,7 +474,7 @@ struct Context {
     // t_out]: y = pad(conv_transpose(act(x)) + b) + residual, act =
     // LeakyReLU(leaky_slope) (1: none), pad the reflection pad (reflect_left,
     // 0); residual (may be null) has y's shape and may equal y. A
-    // tensor-core weight (DeviceWeights::half_transposed) runs polyphase on
+    // tensor-core plan (the generator's upsamplers) runs polyphase on
     // the tensor-core kernel, all of it in one pass after the half rows
     // (y_stats_slot as adain_conv1d's; x may be a ScaledSum, y FP16 with an
     // fp32 residual); the others (the decoder's depthwise pool) as
