@@ -16,8 +16,10 @@ import json
 import os
 import sys
 import tempfile
+import threading
+import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, NoReturn
@@ -35,8 +37,7 @@ PROG = "kokoro-speak"
 # Extension -> (soundfile format, subtype).
 AUDIO_FORMATS = {".wav": ("WAV", "PCM_16"), ".flac": ("FLAC", "PCM_16"), ".ogg": ("OGG", "VORBIS")}
 TIMESTAMP_FORMATS = (".json", ".srt")
-# Inputs longer than this (characters) get a progress bar on a terminal.
-PROGRESS_MIN_CHARS = 400
+# The progress line's bar, in characters; it shows on a terminal only.
 _BAR_WIDTH = 30
 
 
@@ -159,25 +160,86 @@ def format_timestamps(words: Sequence[WordTimestamp], seconds: float, suffix: st
 
 
 class _Progress:
-    """A one-line bar on stderr, measured in characters of input spoken."""
+    """A one-line status on stderr: input spoken so far, elapsed time, ETA and speed (x real time).
 
-    def __init__(self, total: int, stream: IO[str], enabled: bool) -> None:
-        self.total, self.stream, self.enabled = total, stream, enabled
+    ``start`` runs a ticker that redraws the line every ``interval`` seconds
+    from ``delay`` on, so that it moves (elapsed time, the chunk being made)
+    while the first chunk is still being phonemised and synthesised; each
+    finished chunk redraws it at once. Progress is measured in characters of
+    the input, the ETA extrapolates the time per character so far.
+    """
+
+    def __init__(self, total: int, stream: IO[str], enabled: bool, *, interval: float = 0.5,
+                 delay: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.total, self.stream, self.enabled = max(total, 1), stream, enabled
+        self.interval, self.delay, self.clock = interval, delay, clock
         self.done = 0
+        self.chunks = 0
+        self.audio_seconds = 0.0
+        self.started = clock()
+        self._width = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.enabled and self._ticker is None:
+            self.started = self.clock()
+            self._ticker = threading.Thread(target=self._tick, name="kokoro-progress", daemon=True)
+            self._ticker.start()
+
+    def _tick(self) -> None:
+        if self._stop.wait(self.delay):
+            return
+        self._draw()
+        while not self._stop.wait(self.interval):
+            self._draw()
 
     def update(self, result: SynthesisResult, seconds: float) -> None:
         if not self.enabled:
             return
-        self.done = min(self.total, self.done + len(result.text) + 1)
+        with self._lock:
+            self.done = min(self.total, self.done + len(result.text) + 1)
+            self.chunks += 1
+            self.audio_seconds = seconds
+        self._draw()
+
+    def line(self) -> str:
+        """The status as it stands now."""
+        elapsed = max(self.clock() - self.started, 0.0)
         filled = round(_BAR_WIDTH * self.done / self.total)
-        bar = "#" * filled + "-" * (_BAR_WIDTH - filled)
-        self.stream.write(f"\r[{bar}] {100 * self.done // self.total:3d}%  {seconds:7.1f} s of audio")
-        self.stream.flush()
+        head = f"[{'#' * filled}{'-' * (_BAR_WIDTH - filled)}] {100 * self.done // self.total:3d}%"
+        if self.done == 0:
+            return f"{head}  phonemising and synthesising chunk 1  elapsed {_clock_time(elapsed)}"
+        stage = "done" if self.done >= self.total else f"chunk {self.chunks + 1}"
+        eta = elapsed * (self.total - self.done) / self.done
+        speed = self.audio_seconds / elapsed if elapsed > 0 else 0.0
+        return (f"{head}  {stage}  {self.audio_seconds:.1f} s of audio  elapsed {_clock_time(elapsed)}  "
+                f"ETA {_clock_time(eta)}  {speed:.1f}x real time")
+
+    def _draw(self) -> None:
+        with self._lock:
+            text = self.line()
+            # Pad over the end of a longer previous line.
+            self.stream.write("\r" + text.ljust(self._width))
+            self.stream.flush()
+            self._width = len(text)
 
     def close(self) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
         if self.enabled:
             self.stream.write("\n")
             self.stream.flush()
+
+
+def _clock_time(seconds: float) -> str:
+    """Seconds as m:ss (h:mm:ss from an hour on)."""
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def _list_voices(model: str, out: IO[str]) -> None:
@@ -216,7 +278,8 @@ def _speak(args: argparse.Namespace, text: str, stdout: IO[bytes], stderr: IO[st
         deterministic=args.deterministic,
         seed=args.seed,
     )
-    progress = _Progress(len(text), stderr, stderr.isatty() and len(text) > PROGRESS_MIN_CHARS)
+    progress = _Progress(len(text), stderr, stderr.isatty())
+    progress.start()
     words: list[WordTimestamp] = []
     seconds = 0.0
 
