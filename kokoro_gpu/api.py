@@ -26,8 +26,16 @@ import numpy as np
 from .backends import Backend, create_backend
 from .checkpoint import load_checkpoint, resolve_model
 from .config import SAMPLE_RATE, ModelConfig
-from .errors import InputError
-from .text.chunking import MAX_PHONEMES, Chunk, WordSpan, chunk_words, split_paragraphs
+from .errors import BackendError, InputError
+from .text.chunking import (
+    MAX_PHONEMES,
+    Chunk,
+    WordSpan,
+    chunk_words,
+    speakable,
+    split_long_line,
+    split_paragraphs,
+)
 from .text.g2p import LANG_NAMES, FrontEnd, Word, front_end, resolve_lang
 from .text.timestamps import WordTimestamp, word_timestamps
 from .tokens import phonemes_to_ids
@@ -43,6 +51,11 @@ BatchInput = str | Mapping[str, Any]
 _BATCH_KEYS = frozenset({"phonemes", "voice", "speed", "seed"})
 # Official voice names start with the language code, then f/m for the gender: "af_heart".
 _OFFICIAL_VOICE_NAME = re.compile(r"[abefhijpz][fm]_")
+# Speaking rates accepted: a tenth of normal to ten times normal (a server may narrow it).
+MIN_SPEED = 0.1
+MAX_SPEED = 10.0
+SEED_LIMIT = 2**64
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -110,13 +123,51 @@ def choose_lang(voice: VoiceSpec, lang: str | None) -> str:
 
 
 def check_speed(speed: float) -> float:
+    """``speed`` as a float in [MIN_SPEED, MAX_SPEED], else an InputError."""
     try:
         value = float(speed)
-    except (TypeError, ValueError):
-        raise InputError(f"speed must be a number, got {speed!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise InputError(f"speed must be a finite number > 0, got {speed!r}")
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(f"speed must be a number, got {_short(speed)}") from None
+    if isinstance(speed, bool) or not math.isfinite(value) or not MIN_SPEED <= value <= MAX_SPEED:
+        raise InputError(f"speed must be a finite number from {MIN_SPEED} to {MAX_SPEED:g} "
+                         f"(1 is normal), got {_short(speed)}")
     return value
+
+
+def check_seed(seed: Any) -> int | None:
+    """``seed`` as None or an int in [0, 2**64), else an InputError."""
+    if seed is None:
+        return None
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise InputError(f"seed must be a whole number from 0 to 2**64 - 1 or None, got {_short(seed)}")
+    if not 0 <= int(seed) < SEED_LIMIT:
+        raise InputError(f"seed must be from 0 to 2**64 - 1, got {_short(seed)}")
+    return int(seed)
+
+
+def check_text(text: str, what: str) -> None:
+    """Refuse text with lone surrogates: what undecodable (non-UTF-8) bytes become in Python."""
+    bad = _SURROGATE.search(text)
+    if bad is not None:
+        code = ord(bad.group())
+        detail = (f"byte 0x{code - 0xDC00:02x}, which is not UTF-8," if 0xDC80 <= code <= 0xDCFF
+                  else f"a lone surrogate U+{code:04X}")
+        raise InputError(f"{what} has {detail} at character {bad.start()}; pass valid UTF-8 text")
+
+
+def _short(value: Any) -> str:
+    """A value for an error message: its repr, shortened."""
+    text = repr(value) if isinstance(value, (str, int, float, bool, type(None), np.generic)) else None
+    if text is None or len(text) > 40:
+        return f"a {type(value).__name__}" if text is None else text[:37] + "..."
+    return text
+
+
+def _check_audio(audio: np.ndarray) -> np.ndarray:
+    if not np.isfinite(audio).all():
+        raise BackendError("the model produced non-finite audio (NaN or inf); its checkpoint or voice is "
+                           "corrupt or of another model")
+    return audio
 
 
 class KokoroTTS:
@@ -216,7 +267,11 @@ class KokoroTTS:
                              f"got {type(source).__name__}")
         if not source.strip():
             raise InputError(f"{'text' if text is not None else 'phonemes'} is empty; pass something to say")
+        check_text(source, "text" if text is not None else "phonemes")
+        if phonemes is not None and not speakable(phonemes):
+            raise InputError("the phonemes are only punctuation: no phonemes to speak")
         speed = check_speed(speed)
+        seed = check_seed(seed)
         pack = self.voices.load(voice)
         limit = min(MAX_PHONEMES, self.config.max_phonemes)
         if phonemes is not None:
@@ -228,7 +283,9 @@ class KokoroTTS:
     @staticmethod
     def _text_chunks(text: str, g2p: FrontEnd, limit: int) -> Iterator[Chunk]:
         for line in split_paragraphs(text):
-            yield from chunk_words(g2p(line), limit)
+            # Long lines go to the front end in pieces: its tagger's cost grows with the piece.
+            for piece in split_long_line(line):
+                yield from (c for c in chunk_words(g2p(piece), limit) if speakable(c.phonemes))
 
     def _stream(
         self, chunks: Iterable[Chunk], pack: np.ndarray, speed: float, deterministic: bool, seed: int | None
@@ -241,6 +298,7 @@ class KokoroTTS:
             audio, durations = self.backend.forward(
                 input_ids, ref_s, speed, deterministic=deterministic, seed=chunk_seed
             )
+            _check_audio(audio)
             result = self._chunk_result(chunk, audio, durations, offset)
             offset += result.seconds
             made += 1
@@ -283,6 +341,7 @@ class KokoroTTS:
         """
         if isinstance(inputs, (str, Mapping)):
             raise InputError("synthesize_batch takes a list of inputs; use synthesize for one")
+        seed = check_seed(seed)
         limit = min(MAX_PHONEMES, self.config.max_phonemes)
         packs: dict[str, np.ndarray] = {}
         items: list[tuple[np.ndarray, np.ndarray, float, int | None]] = []
@@ -298,6 +357,7 @@ class KokoroTTS:
         outputs = self.backend.forward_batch(items, deterministic=deterministic)
         per_input: list[list[SynthesisResult]] = [[] for _ in inputs]
         for (i, chunk), (audio, durations) in zip(owners, outputs, strict=True):
+            _check_audio(audio)
             offset = sum(r.seconds for r in per_input[i])
             per_input[i].append(self._chunk_result(chunk, audio, durations, offset))
         return [parts[0] if len(parts) == 1 else _join(parts, self.sample_rate) for parts in per_input]
@@ -318,7 +378,16 @@ class KokoroTTS:
         phonemes = fields["phonemes"]
         if not isinstance(phonemes, str) or not phonemes.strip():
             raise InputError(f"batch input {index}: phonemes must be a non-empty str")
-        own_seed = fields.get("seed", None if seed is None else seed + index)
+        check_text(phonemes, f"batch input {index}: phonemes")
+        if not speakable(phonemes):
+            raise InputError(f"batch input {index}: the phonemes are only punctuation: no phonemes to speak")
+        if "seed" in fields:
+            try:
+                own_seed = check_seed(fields["seed"])
+            except InputError as e:
+                raise InputError(f"batch input {index}: {e}") from None
+        else:
+            own_seed = None if seed is None else (seed + index) % SEED_LIMIT
         return phonemes, fields.get("voice", voice), check_speed(fields.get("speed", speed)), own_seed
 
 

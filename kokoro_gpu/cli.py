@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -26,7 +27,7 @@ from typing import IO, Any, NoReturn
 
 import numpy as np
 
-from .api import DEFAULT_MODEL, DEFAULT_VOICE, KokoroTTS, SynthesisResult, check_speed
+from .api import DEFAULT_MODEL, DEFAULT_VOICE, KokoroTTS, SynthesisResult, check_seed, check_speed, check_text
 from .backends import DEVICES
 from .config import SAMPLE_RATE
 from .errors import BackendError, InputError, KokoroError
@@ -43,6 +44,53 @@ _BAR_WIDTH = 30
 
 class _UsageError(Exception):
     pass
+
+
+class _WriteError(Exception):
+    """Writing an output failed (a full disk, a lost mount): the message names the file."""
+
+
+class _Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised where the process is (as SIGINT raises KeyboardInterrupt)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated(signum)
+
+
+def _unwind_on_signals() -> dict[int, Any]:
+    """Make SIGTERM and SIGHUP unwind like SIGINT, so no temporary file stays; the old handlers."""
+    previous = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        try:
+            previous[signum] = signal.signal(signum, _raise_terminated)
+        except (TypeError, ValueError):  # not on this platform, or not the main thread
+            pass
+    return previous
+
+
+def _restore_signals(previous: dict[int, Any]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
+@contextmanager
+def _writing(target: Path | str) -> Iterator[None]:
+    """Report a failed write (OSError, libsndfile's errors) as one line naming ``target``."""
+    import soundfile
+
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except (OSError, soundfile.SoundFileError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise _WriteError(f"cannot write {target}: {reason}") from None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -93,9 +141,14 @@ def _read_text(args: argparse.Namespace, stdin: IO[str]) -> str:
     elif stdin.isatty():
         raise InputError('no text given; pass "TEXT", -i FILE, or pipe text to standard input')
     else:
-        text = stdin.read()
+        try:
+            text = stdin.read()
+        except UnicodeDecodeError as e:
+            raise InputError(f"standard input is not UTF-8 text (byte 0x{e.object[e.start]:02x} at "
+                             f"offset {e.start}); pass UTF-8 text") from None
     if not text.strip():
         raise InputError("the input text is empty; pass something to say")
+    check_text(text, "the input text")
     return text
 
 
@@ -258,6 +311,7 @@ def _list_voices(model: str, out: IO[str]) -> None:
 
 def _speak(args: argparse.Namespace, text: str, stdout: IO[bytes], stderr: IO[str]) -> None:
     speed = check_speed(args.speed)
+    check_seed(args.seed)
     lang = resolve_lang(args.lang) if args.lang is not None else None
     to_stdout = args.output == "-"
     audio_path = None if to_stdout else _check_output(args.output, list(AUDIO_FORMATS), "output",
@@ -293,18 +347,19 @@ def _speak(args: argparse.Namespace, text: str, stdout: IO[bytes], stderr: IO[st
 
     try:
         if audio_path is None:
-            consume(lambda audio: (stdout.write(_pcm16(audio).tobytes()), stdout.flush()))
+            with _writing("standard output"):
+                consume(lambda audio: (stdout.write(_pcm16(audio).tobytes()), stdout.flush()))
         else:
             import soundfile
 
             fmt, subtype = AUDIO_FORMATS[audio_path.suffix.lower()]
-            with _atomic(audio_path) as tmp:
+            with _writing(audio_path), _atomic(audio_path) as tmp:
                 with soundfile.SoundFile(tmp, "w", SAMPLE_RATE, 1, subtype=subtype, format=fmt) as f:
                     consume(lambda audio: f.write(_pcm16(audio)))
     finally:
         progress.close()
     if stamps_path is not None:
-        with _atomic(stamps_path) as tmp:
+        with _writing(stamps_path), _atomic(stamps_path) as tmp:
             tmp.write_text(format_timestamps(words, seconds, stamps_path.suffix.lower()), encoding="utf-8")
 
 
@@ -316,6 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      line: Any = None) -> None:
         stderr.write(f"{PROG}: warning: {message}\n")
 
+    previous_handlers = _unwind_on_signals()
     try:
         args = build_parser().parse_args(argv)
         with warnings.catch_warnings():
@@ -337,6 +393,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KokoroError as e:
         stderr.write(f"{PROG}: error: {e}\n")
         return 2
+    except _WriteError as e:
+        stderr.write(f"{PROG}: error: {e}\n")
+        return 1
     except BrokenPipeError:
         # The reader of stdout went away (``| head``): stop quietly, as a pipe writer does.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -349,6 +408,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         stderr.write(f"{PROG}: interrupted\n")
         return 130
+    except _Terminated as e:
+        stderr.write(f"{PROG}: terminated by {signal.Signals(e.signum).name}\n")
+        return 128 + e.signum
+    finally:
+        _restore_signals(previous_handlers)
 
 
 if __name__ == "__main__":

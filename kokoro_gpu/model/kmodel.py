@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import ModelConfig
+from ..config import MAX_FRAMES, ModelConfig
 from ..errors import InputError
 from ..ops import expand_frames, frame_token_index, linear
 from .albert import Albert
@@ -72,6 +72,11 @@ class KModelCPU:
         d = self.predictor.encode(d_en, s_pros)
         record(trace, "d", d)
         dur_lstm, dur_float, pred_dur = self.predictor.durations(d, speed)
+        # Bound the audio before allocating it (NaN fails the comparison too).
+        frames = float(np.maximum(np.round(dur_float.astype(np.float64)), 1).sum())
+        if not frames <= MAX_FRAMES:
+            raise InputError(f"the predicted duration ({frames:.4g} frames) is over {MAX_FRAMES} frames "
+                             f"({MAX_FRAMES // 40} s) per chunk; raise the speed or shorten the text")
         record(trace, "dur_lstm", dur_lstm)
         record(trace, "dur_float", dur_float)
         record(trace, "pred_dur", pred_dur)

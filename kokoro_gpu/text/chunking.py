@@ -10,7 +10,8 @@ then between words, taking the strongest cut that leaves the rest room to fit.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from .g2p import Word
@@ -21,6 +22,15 @@ _CUT_LEVELS = (".!?\u2026", ":;", ",\u2014")
 # Closing marks that stay with the sentence they close.
 _CLOSERS = ")\"\u201d"
 _LINE_END_PUNCT = ".!?:;\u2026\u3002\uff01\uff1f"
+# Phoneme characters that make no sound of their own.
+_SILENT = frozenset(";:,.!?\u00a1\u00bf\u2014\u2026\"\u00ab\u00bb\u201c\u201d()")
+# Longest piece of a line handed to the front end at once: far below spaCy's
+# one-million-character document limit, and memory stays in proportion to it.
+MAX_LINE_CHARS = 5000
+# Where a long line may be split, strongest first: after a sentence end, a clause
+# or phrase mark, any space (each followed by whitespace).
+_LINE_CUTS = (re.compile(r"[.!?\u2026\u3002\uff01\uff1f][\"')\]\u201d]*\s"), re.compile(r"[;:,]\s"),
+              re.compile(r"\s"))
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,29 @@ def split_paragraphs(text: str) -> list[str]:
             lines.append(line)
         continues = lines[-1][-1] not in _LINE_END_PUNCT
     return lines
+
+
+def split_long_line(line: str, limit: int = MAX_LINE_CHARS) -> Iterator[str]:
+    """A line in pieces of at most ``limit`` characters, cut at the strongest boundary in each."""
+    rest = line
+    while len(rest) > limit:
+        window = rest[: limit + 1]
+        cut = limit
+        for pattern in _LINE_CUTS:
+            ends = [m.end() for m in pattern.finditer(window)]
+            if ends and ends[-1] > 1:
+                cut = ends[-1]
+                break
+        piece, rest = rest[:cut].strip(), rest[cut:].lstrip()
+        if piece:
+            yield piece
+    if rest.strip():
+        yield rest.strip()
+
+
+def speakable(phonemes: str) -> bool:
+    """Whether a phoneme string has anything to say besides punctuation and spaces."""
+    return any(not c.isspace() and c not in _SILENT for c in phonemes)
 
 
 def _phoneme_string(words: Sequence[Word]) -> str:
