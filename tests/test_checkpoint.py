@@ -256,8 +256,10 @@ def test_checkpoint_file_with_and_without_config(tmp_path: Path) -> None:
 
 
 def test_nonexistent_path() -> None:
-    with pytest.raises(CheckpointError, match=r'neither an existing.*model="/path/to/dir"'):
+    with pytest.raises(CheckpointError, match=r'^model path /no/such/dir/anywhere does not exist.*model="/'):
         resolve_model("/no/such/dir/anywhere")
+    with pytest.raises(CheckpointError, match=r"neither an existing file or directory nor"):
+        resolve_model("no-such-model")
 
 
 def test_hub_download(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -284,6 +286,8 @@ def test_hub_failure_says_how_to_work_offline(monkeypatch: pytest.MonkeyPatch, e
         raise exc
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake)
+    # The hub answers (so these failures are the download's own, wherever the test runs).
+    monkeypatch.setattr("kokoro_gpu.checkpoint.hub_unreachable_reason", lambda: None)
     with pytest.raises(CheckpointError) as info:
         resolve_model("someone/not-a-model")
     msg = str(info.value)
