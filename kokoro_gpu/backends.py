@@ -16,7 +16,9 @@ backend has no fast mode: it maps
 
 Device selection: ``"cpu"``; ``"cuda"`` (a :class:`BackendError` saying why when
 CUDA cannot be used); ``"auto"`` (CUDA when usable, else the CPU backend with
-one logged warning saying why). :func:`backend_info` reports what was found.
+one logged line saying why: a warning where a GPU is there but cannot be used,
+at INFO where the machine has no NVIDIA driver or GPU, whose CPU is then the
+expected device). :func:`backend_info` reports what was found.
 The NVIDIA driver and a GPU are looked for first, through the driver library
 itself, so that a machine without them hears that, and not what the native
 engine would need to load.
@@ -420,7 +422,8 @@ def _style(ref_s: np.ndarray) -> np.ndarray:
 def resolve_device(device: str) -> str:
     """Map ``"auto"`` to a concrete device; check the name and, for ``"cuda"``, that CUDA is usable.
 
-    ``"auto"`` without usable CUDA logs one warning saying why and yields ``"cpu"``.
+    ``"auto"`` without usable CUDA logs one line saying why (a warning, or INFO on a machine
+    without an NVIDIA driver or GPU) and yields ``"cpu"``.
     """
     if device not in DEVICES:
         raise InputError(f"unknown device {device!r}; use one of {', '.join(DEVICES)}")
@@ -431,7 +434,8 @@ def resolve_device(device: str) -> str:
         return "cuda"
     if device == "cuda":
         raise BackendError(f"device='cuda' was requested but CUDA is unavailable: {state.reason}")
-    logger.warning("kokoro_gpu: using the CPU backend: %s", state.reason)
+    level = logging.INFO if driver_problem() is not None else logging.WARNING
+    logger.log(level, "kokoro_gpu: using the CPU backend: %s", state.reason)
     return "cpu"
 
 
