@@ -30,13 +30,23 @@ from typing import IO, Any, NoReturn
 
 import numpy as np
 
-from .api import DEFAULT_MODEL, DEFAULT_VOICE, KokoroTTS, SynthesisResult, check_seed, check_speed, check_text
+from .api import (
+    DEFAULT_MODEL,
+    DEFAULT_VOICE,
+    KokoroTTS,
+    SynthesisResult,
+    check_seed,
+    check_speed,
+    check_text,
+    choose_lang,
+)
 from .backends import DEVICES
 from .checkpoint import API_MODEL_HINT, CLI_MODEL_HINT, HubUnreachable, default_model
 from .config import SAMPLE_RATE
 from .errors import BackendError, InputError, KokoroError
 from .real_model import DEFAULT_REAL_VOICE, REAL_MODEL_NAME
 from .text.g2p import LANG_NAMES, resolve_lang
+from .text.normalize import normalize_text
 from .text.timestamps import WordTimestamp
 
 PROG = "kokoro-speak"
@@ -294,6 +304,16 @@ class _Progress:
             self.stream.flush()
 
 
+def _spoken_length(text: str, phonemes: bool, lang: str) -> int:
+    """Characters of the text as the front end reads it (progress counts the chunks' text).
+
+    English is normalised first, which spells out URLs, phone numbers and the like.
+    """
+    if phonemes or lang not in ("a", "b"):
+        return len(text)
+    return len(normalize_text(text))
+
+
 def _clock_time(seconds: float) -> str:
     """Seconds as m:ss (h:mm:ss from an hour on)."""
     whole = round(seconds)
@@ -357,7 +377,8 @@ def _speak(args: argparse.Namespace, text: str, stdout: IO[bytes], stderr: IO[st
             deterministic=args.deterministic,
             seed=args.seed,
         )
-    progress = _Progress(len(text), stderr, stderr.isatty())
+    spoken = _spoken_length(text, args.phonemes, lang or choose_lang(voice or DEFAULT_VOICE, None))
+    progress = _Progress(spoken, stderr, stderr.isatty())
     progress.start()
     words: list[WordTimestamp] = []
     seconds = 0.0

@@ -91,3 +91,13 @@ def test_kokoro_speak_shows_progress_only_on_a_terminal(
         assert "100%  done" in final and "x real time" in final and final.endswith("\n")
     else:
         assert "\r" not in err and "real time" not in err
+
+
+def test_progress_counts_the_text_the_front_end_reads() -> None:
+    """Normalisation spells out a phone number: the total grows with it, so 100% means done."""
+    from kokoro_gpu.cli import _spoken_length
+
+    text = "Call 555-1234."
+    assert _spoken_length(text, False, "a") == len("Call five five five, one two three four.")
+    assert _spoken_length(text, False, "e") == len(text)  # only English is normalised
+    assert _spoken_length(text, True, "a") == len(text)  # phoneme input is read as given
