@@ -81,6 +81,8 @@ class ModelConfig:
         check.integer(plbert, "intermediate_size", 1, 1 << 16, "plbert.")
         check.integer(plbert, "max_position_embeddings", 3, 1 << 16, "plbert.")
         check.integer(plbert, "num_hidden_layers", 1, 256, "plbert.")
+        if not (type(plbert.get("dropout", 0.0)) in (int, float) and 0 <= plbert.get("dropout", 0.0) <= 1):
+            check.fail("plbert.dropout", "must be a number in [0, 1]")
         istftnet = check.mapping(d, "istftnet")
         check.integer(istftnet, "gen_istft_n_fft", 2, 1 << 13, "istftnet.")
         check.integer(istftnet, "gen_istft_hop_size", 1, 1 << 13, "istftnet.")

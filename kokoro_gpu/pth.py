@@ -443,6 +443,8 @@ def read_pth(path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Any:
             prefix = _record_prefix(archive, p)
             byteorder = "little"
             names = set(archive.namelist())
+            if len(names) != len(archive.namelist()):
+                raise _Corrupt("the archive holds two members of the same name")
             if f"{prefix}/byteorder" in names:
                 info = archive.getinfo(f"{prefix}/byteorder")
                 if info.file_size > 16:

@@ -14,6 +14,7 @@ import io
 import math
 import os
 import re
+import tokenize
 import zipfile
 import zlib
 from functools import lru_cache
@@ -83,7 +84,8 @@ def npy_array(data: bytes, what: str) -> np.ndarray:
             shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
         else:
             raise ValueError(f"unsupported .npy version {version}")
-    except (ValueError, TypeError, SyntaxError, OverflowError) as e:
+    except (ValueError, TypeError, SyntaxError, OverflowError, KeyError, RecursionError,
+            tokenize.TokenError) as e:  # numpy parses the header as a Python literal
         raise VoiceError(f"{what} is not a readable .npy array ({type(e).__name__}: {e})") from None
     if dtype.hasobject:
         raise VoiceError(f"{what} holds Python objects, not numbers; a voice pack is a float array")
@@ -192,7 +194,10 @@ class VoiceStore:
         if len(members) > MAX_BIN_ENTRIES:
             raise VoiceError(f"voice archive {path} has {len(members)} entries (at most {MAX_BIN_ENTRIES}); "
                              "it is corrupt or not a voice archive")
-        return {m.removesuffix(".npy"): m for m in members}
+        entries = {m.removesuffix(".npy"): m for m in members}
+        if len(entries) != len(members):
+            raise VoiceError(f"voice archive {path} holds two entries of the same name; re-download it")
+        return entries
 
     def _bin_names(self) -> list[str]:
         return list(self._bin_entries())

@@ -1,6 +1,7 @@
-"""Golden fixtures: the official kokoro 0.9.4 on seeded random weights.
+"""Golden fixtures: the official kokoro 0.9.4 on seeded random weights, or on real weights.
 
     python scripts/make_golden.py [--out tests/golden] [--only NAME ...]
+    python scripts/make_golden.py --real [--model kokoro-onnx-int8] [--out tests/golden_real]
 
 Each case runs the official ``KModel`` twice on the same random checkpoint
 (``kokoro_gpu.random_weights``, saved to a temporary ``.pth``): in float64, the
@@ -12,6 +13,15 @@ the float64 truth of every intermediate of docs/DESIGN.md (stored as float32;
 large ones only every n-th step along time, ``stride_<key>``) and the official
 float32 run's relative error against that truth (``f32err_<key>``, from the
 full arrays). Needs torch, transformers and kokoro 0.9.4; nothing is downloaded.
+
+``--real`` does the same on a real model (by default kokoro-onnx's int8
+export, ``kokoro_gpu.real_model``): its folded weights are unfolded into the
+official state dict (weight norm as ``g = ||w||`` per output channel, ``v =
+w``; an all-zero channel gets ``g = 0``, ``v = 1``), English text is turned
+into phonemes by kokoro_gpu's front end and read with a real voice. The
+fixtures (tests/golden_real) store the folded weights' checksum, the model
+name and voice instead of seeds, fewer values per intermediate, and the
+official float32 run's log-mel distance to the truth (``f32err_logmel``, dB).
 """
 
 from __future__ import annotations
@@ -34,11 +44,24 @@ sys.path.insert(0, str(SCRIPTS))
 
 import kokoro.istftnet  # noqa: E402
 from kokoro.model import KModel  # noqa: E402
-from parity_table import GOLDEN_DIR, PRE_GENERATOR, TIME_AXIS, har_errors, rel_err, subsample  # noqa: E402
+from parity_table import (  # noqa: E402
+    GOLDEN_DIR,
+    GOLDEN_REAL_DIR,
+    PRE_GENERATOR,
+    TIME_AXIS,
+    har_errors,
+    log_mel_distance,
+    rel_err,
+    subsample,
+    weights_digest,
+)
 
+from kokoro_gpu.checkpoint import load_checkpoint, resolve_model  # noqa: E402
 from kokoro_gpu.config import ModelConfig  # noqa: E402
+from kokoro_gpu.layout import split_folded_name, weight_norm_names  # noqa: E402
 from kokoro_gpu.random_weights import checkpoint_digest, random_checkpoint, random_voice_pack  # noqa: E402
-from kokoro_gpu.voices import style_for  # noqa: E402
+from kokoro_gpu.text.g2p import front_end  # noqa: E402
+from kokoro_gpu.voices import VoiceStore, style_for  # noqa: E402
 
 # Misaki-style US English phonemes (stress marks, diphthong capitals, punctuation).
 SENTENCES = (
@@ -86,6 +109,8 @@ CASES = (
 
 # Intermediates above this many values are stored every n-th time step (audio: always whole).
 MAX_STORED = 50_000
+# The same on real weights, whose fixtures hold whole audio of natural length: kept under ~3 MB in all.
+MAX_STORED_REAL = 8_192
 # The generator's 22-channel STFT-rate intermediates are kept only for inputs this short.
 MAX_FRAMES_FULL_GENERATOR = 100
 # Durations whose unrounded value lies this close to a rounding boundary could flip between
@@ -176,68 +201,184 @@ def _rounding_margin(dur_float: np.ndarray) -> float:
     return float(np.abs(np.abs(dur_float - np.floor(dur_float)) - 0.5).min())
 
 
+def _input_ids(name: str, phonemes: str, config: ModelConfig) -> np.ndarray:
+    unknown = sorted({c for c in phonemes if c not in config.vocab})
+    if unknown:
+        raise ValueError(f"{name}: phonemes outside the vocab: {unknown}")
+    return np.array([0, *(config.vocab[c] for c in phonemes), 0], dtype=np.int64)
+
+
+@dataclass
+class OfficialPair:
+    """The official float64 (truth) and float32 runs of one input."""
+
+    truth: dict[str, np.ndarray]
+    f32: dict[str, np.ndarray]
+    margin: float
+    seconds: tuple[float, float]
+
+
+def _official_pair(name: str, models: dict[str, KModel], ids: np.ndarray, ref_s: np.ndarray,
+                   speed: float) -> OfficialPair:
+    """Both runs; their durations must agree, and lie clear of a rounding boundary."""
+    t0 = time.perf_counter()
+    truth = _run(models["f64"], ids, ref_s, speed, torch.float64)
+    t1 = time.perf_counter()
+    f32 = _run(models["f32"], ids, ref_s, speed, torch.float32)
+    t2 = time.perf_counter()
+    if not np.array_equal(truth["pred_dur"], f32["pred_dur"]):
+        raise AssertionError(f"{name}: float32 and float64 durations differ; pick another case")
+    margin = _rounding_margin(truth["dur_float"])
+    if margin < MIN_ROUNDING_MARGIN:
+        raise AssertionError(f"{name}: a duration lies {margin:.1e} from a rounding boundary")
+    return OfficialPair(truth, f32, margin, (t1 - t0, t2 - t1))
+
+
+def _stored(pair: OfficialPair, keys: list[str], max_stored: int) -> tuple[dict[str, float], dict[str, Any]]:
+    """The official float32 errors of ``keys`` and the fixture entries of their truth (subsampled)."""
+    errors: dict[str, float] = {}
+    data: dict[str, Any] = {}
+    for key in keys:
+        if key == "har":
+            errors.update(har_errors(pair.f32[key], pair.truth[key]))
+        else:
+            errors[key] = rel_err(pair.f32[key], pair.truth[key])
+        arr = pair.truth[key]
+        stride = 1 if key == "audio" else math.ceil(arr.size / max_stored)
+        data[f"truth_{key}"] = subsample(arr, key, stride).astype(np.float32)
+        if stride > 1:
+            data[f"stride_{key}"] = np.int64(stride)
+    return errors, data
+
+
+def _summary(name: str, phonemes: str, pair: OfficialPair) -> str:
+    truth = pair.truth
+    dur = truth["pred_dur"][1:-1]
+    return (f"{name}: {len(phonemes)} phonemes, {int(truth['pred_dur'].sum())} frames, durations "
+            f"{dur.min()}..{dur.max()} (mean {dur.mean():.2f}), F0 {truth['F0'].min():.0f}.."
+            f"{truth['F0'].max():.0f} Hz, audio rms {truth['audio'].std():.3f} peak "
+            f"{np.abs(truth['audio']).max():.2f}, rounding margin {pair.margin:.3f}; "
+            f"f64 {pair.seconds[0]:.1f} s, f32 {pair.seconds[1]:.1f} s")
+
+
 def make_case(case: Case, config: ModelConfig, out_dir: Path) -> dict[str, float]:
     """Run one case; write its fixture; return the official float32 errors."""
     ckpt = random_checkpoint(config, case.weight_seed, zero_phase_inputs=case.zero_phase_inputs)
-    unknown = sorted({c for c in case.phonemes if c not in config.vocab})
-    if unknown:
-        raise ValueError(f"{case.name}: phonemes outside the vocab: {unknown}")
-    ids = np.array([0, *(config.vocab[c] for c in case.phonemes), 0], dtype=np.int64)
+    ids = _input_ids(case.name, case.phonemes, config)
     ref_s = style_for(random_voice_pack(case.voice_seed), case.phonemes)
-    models = _official_models(config, ckpt)
-    t0 = time.perf_counter()
-    truth = _run(models["f64"], ids, ref_s, case.speed, torch.float64)
-    t1 = time.perf_counter()
-    f32 = _run(models["f32"], ids, ref_s, case.speed, torch.float32)
-    t2 = time.perf_counter()
-    if not np.array_equal(truth["pred_dur"], f32["pred_dur"]):
-        raise AssertionError(f"{case.name}: float32 and float64 durations differ; pick another case")
-    margin = _rounding_margin(truth["dur_float"])
-    if margin < MIN_ROUNDING_MARGIN:
-        raise AssertionError(f"{case.name}: a duration lies {margin:.1e} from a rounding boundary")
+    pair = _official_pair(case.name, _official_models(config, ckpt), ids, ref_s, case.speed)
 
-    frames = int(truth["pred_dur"].sum())
     keys = [*PRE_GENERATOR, "har_source", "audio"]
-    if frames <= MAX_FRAMES_FULL_GENERATOR:
+    if int(pair.truth["pred_dur"].sum()) <= MAX_FRAMES_FULL_GENERATOR:
         keys += ["har", "gen_post"]
-    errors: dict[str, float] = {}
+    errors, stored = _stored(pair, keys, MAX_STORED)
     data: dict[str, Any] = {
         "phonemes": np.array(case.phonemes), "input_ids": ids, "ref_s": ref_s,
         "speed": np.float64(case.speed), "weight_seed": np.int64(case.weight_seed),
         "voice_seed": np.int64(case.voice_seed), "zero_phase_inputs": np.bool_(case.zero_phase_inputs),
-        "weights_sha256": np.array(checkpoint_digest(ckpt)), "pred_dur": truth["pred_dur"],
-        "rounding_margin": np.float64(margin),
+        "weights_sha256": np.array(checkpoint_digest(ckpt)), "pred_dur": pair.truth["pred_dur"],
+        "rounding_margin": np.float64(pair.margin), **stored,
     }
-    for key in keys:
-        if key == "har":
-            errors.update(har_errors(f32[key], truth[key]))
-        else:
-            errors[key] = rel_err(f32[key], truth[key])
-        arr = truth[key]
-        stride = 1 if key == "audio" else math.ceil(arr.size / MAX_STORED)
-        data[f"truth_{key}"] = subsample(arr, key, stride).astype(np.float32)
-        if stride > 1:
-            data[f"stride_{key}"] = np.int64(stride)
     data.update({f"f32err_{k}": np.float64(v) for k, v in errors.items()})
     out_dir.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out_dir / f"{case.name}.npz", **data)
-    dur = truth["pred_dur"][1:-1]
-    print(f"{case.name}: {len(case.phonemes)} phonemes, {frames} frames, durations {dur.min()}..{dur.max()} "
-          f"(mean {dur.mean():.2f}), F0 {truth['F0'].min():.0f}..{truth['F0'].max():.0f} Hz, "
-          f"audio rms {truth['audio'].std():.3f} peak {np.abs(truth['audio']).max():.2f}, "
-          f"rounding margin {margin:.3f}; f64 {t1 - t0:.1f} s, f32 {t2 - t1:.1f} s", flush=True)
+    print(_summary(case.name, case.phonemes, pair), flush=True)
     return errors
+
+
+@dataclass(frozen=True)
+class RealCase:
+    name: str
+    text: str  # English, phonemized by kokoro_gpu's front end
+    voice: str
+    speed: float
+
+
+REAL_MODEL = "kokoro-onnx-int8"
+REAL_CASES = (
+    RealCase("short", "Hello world!", "jf_alpha", 1.0),
+    RealCase("mid_speed0.8", "The quick brown fox jumps over the lazy dog.", "jm_kumo", 0.8),
+    RealCase("long", "Please call Stella. Ask her to bring these things with her from the store: "
+             "six spoons of fresh snow peas, five thick slabs of blue cheese, and maybe a snack "
+             "for her brother Bob.", "jf_alpha", 1.0),
+)
+
+
+def unfold_official(weights: dict[str, np.ndarray], config: ModelConfig) -> dict[str, dict[str, np.ndarray]]:
+    """Folded weights -> the official nested state dict, weight norm as (g = ||w||, v = w) pairs.
+
+    The norm is PyTorch's weight_norm dim 0 (every axis but 0); a channel that
+    is all zero gets g = 0 and v = 1, so the official model's g * v / ||v||
+    gives zero there without dividing by zero.
+    """
+    wn = weight_norm_names(config)
+    ckpt: dict[str, dict[str, np.ndarray]] = {}
+    for name, w in weights.items():
+        top, rest = split_folded_name(name)
+        sd = ckpt.setdefault(top, {})
+        if name not in wn:
+            sd[f"module.{rest}"] = w
+            continue
+        flat = w.reshape(w.shape[0], -1).astype(np.float64)
+        norm = np.sqrt(np.square(flat).sum(axis=1))
+        zero = norm == 0
+        v = np.where(zero[:, None], 1.0, flat).reshape(w.shape)
+        stem = rest[: -len(".weight")]
+        sd[f"module.{stem}.weight_g"] = norm.reshape((-1,) + (1,) * (w.ndim - 1)).astype(np.float32)
+        sd[f"module.{stem}.weight_v"] = v.astype(np.float32)
+    return ckpt
+
+
+def _english_phonemes(text: str) -> str:
+    return "".join(w.phonemes + (" " if w.space else "") for w in front_end("a")(text)).strip()
+
+
+def make_real_cases(model: str, cases: list[RealCase], out_dir: Path) -> dict[str, dict[str, float]]:
+    """Every real case on one unfolded checkpoint; write their fixtures; the official float32 errors."""
+    files = resolve_model(model)
+    config = ModelConfig.load(files.config_path)
+    weights = load_checkpoint(files.checkpoint_path, config)
+    voices = VoiceStore(files.voices_dir, files.repo_id)
+    models = _official_models(config, unfold_official(weights, config))
+    digest = weights_digest(weights)
+    table = {}
+    for case in cases:
+        phonemes = _english_phonemes(case.text)
+        ids = _input_ids(case.name, phonemes, config)
+        ref_s = style_for(voices.load(case.voice), phonemes)
+        pair = _official_pair(case.name, models, ids, ref_s, case.speed)
+        errors, stored = _stored(pair, [*PRE_GENERATOR, "har_source", "audio"], MAX_STORED_REAL)
+        errors["logmel"] = log_mel_distance(pair.f32["audio"], pair.truth["audio"])
+        data: dict[str, Any] = {
+            "phonemes": np.array(phonemes), "text": np.array(case.text), "input_ids": ids, "ref_s": ref_s,
+            "speed": np.float64(case.speed), "model": np.array(model), "voice": np.array(case.voice),
+            "zero_phase_inputs": np.bool_(False), "weights_sha256": np.array(digest),
+            "pred_dur": pair.truth["pred_dur"], "rounding_margin": np.float64(pair.margin), **stored,
+        }
+        data.update({f"f32err_{k}": np.float64(v) for k, v in errors.items()})
+        out_dir.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(out_dir / f"{case.name}.npz", **data)
+        print(_summary(case.name, phonemes, pair), flush=True)
+        table[case.name] = errors
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=GOLDEN_DIR)
+    ap.add_argument("--out", type=Path, help="fixture folder (default tests/golden; with --real "
+                    "tests/golden_real)")
     ap.add_argument("--only", nargs="*", metavar="NAME", help="cases to (re)make; default all")
+    ap.add_argument("--real", action="store_true", help="real-weights cases on --model")
+    ap.add_argument("--model", default=REAL_MODEL, help=f"the real model (default {REAL_MODEL})")
     args = ap.parse_args(argv)
-    config = ModelConfig.load()
-    cases = [c for c in CASES if not args.only or c.name in args.only]
-    table = {c.name: make_case(c, config, args.out) for c in cases}
-    keys = [k for k in TIME_AXIS if k not in ("har", "audio")] + ["har_mag", "har_phase", "audio"]
+    if args.real:
+        real_cases = [c for c in REAL_CASES if not args.only or c.name in args.only]
+        table = make_real_cases(args.model, real_cases, args.out or GOLDEN_REAL_DIR)
+    else:
+        config = ModelConfig.load()
+        cases = [c for c in CASES if not args.only or c.name in args.only]
+        table = {c.name: make_case(c, config, args.out or GOLDEN_DIR) for c in cases}
+    keys = [k for k in TIME_AXIS if k not in ("har", "audio")] + ["har_mag", "har_phase", "audio", "logmel"]
     keys = [k for k in keys if any(k in e for e in table.values())]
     print("\nofficial float32 vs float64, relative error (har_phase: radians where magnitude is large)")
     print("case".ljust(18) + "".join(k.rjust(12) for k in keys))
