@@ -66,7 +66,7 @@ _STORAGE_DTYPES = {
 # memo entries and nesting depth 3; these leave orders of magnitude of room.
 DEFAULT_MAX_BYTES = 2 << 30  # storage bytes one load may read, unless the caller says less
 MAX_PICKLE_BYTES = 64 << 20
-MAX_MEMO = 1 << 20
+MAX_MEMO = 1 << 17
 MAX_MARK_DEPTH = 64
 MAX_DEPTH = 64  # of the loaded structure
 MAX_NODES = 2_000_000  # values visited in the loaded structure, shared ones once per reference
