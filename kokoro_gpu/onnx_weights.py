@@ -456,10 +456,8 @@ def onnx_weights(model: Any, config: ModelConfig, source: str = "ONNX model") ->
     if not_finite:
         raise CheckpointError(f"{source}: NaN or infinite values in {_listing(not_finite)}; "
                               "the model file is corrupt, re-download it")
-    out = {name: c.found[name] for name in layout if name in c.found}
-    for name in absent:
-        out[name] = np.zeros(layout[name], dtype=np.float32)
-    return out
+    return {name: c.found[name] if name in c.found else np.zeros(shape, dtype=np.float32)
+            for name, shape in layout.items()}
 
 
 def load_onnx_weights(path: str | Path, config: ModelConfig) -> dict[str, np.ndarray]:
