@@ -236,7 +236,8 @@ class _Progress:
     from ``delay`` on, so that it moves (elapsed time, the chunk being made)
     while the first chunk is still being phonemised and synthesised; each
     finished chunk redraws it at once. Progress is measured in characters of
-    the input, the ETA extrapolates the time per character so far.
+    the input. The ETA and the speed are those measured when the last chunk
+    finished; between chunks the ETA counts down from there.
     """
 
     def __init__(self, total: int, stream: IO[str], enabled: bool, *, interval: float = 0.5,
@@ -247,6 +248,7 @@ class _Progress:
         self.chunks = 0
         self.audio_seconds = 0.0
         self.started = clock()
+        self._last_update = 0.0  # seconds from the start when the last chunk finished
         self._width = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -272,6 +274,7 @@ class _Progress:
             self.done = min(self.total, self.done + len(result.text) + 1)
             self.chunks += 1
             self.audio_seconds = seconds
+            self._last_update = max(self.clock() - self.started, 0.0)
         self._draw()
 
     def line(self) -> str:
@@ -282,8 +285,9 @@ class _Progress:
         if self.done == 0:
             return f"{head}  phonemising and synthesising chunk 1  elapsed {_clock_time(elapsed)}"
         stage = "done" if self.done >= self.total else f"chunk {self.chunks + 1}"
-        eta = elapsed * (self.total - self.done) / self.done
-        speed = self.audio_seconds / elapsed if elapsed > 0 else 0.0
+        since_update = elapsed - self._last_update
+        eta = max(self._last_update * (self.total - self.done) / self.done - since_update, 0.0)
+        speed = self.audio_seconds / self._last_update if self._last_update > 0 else 0.0
         return (f"{head}  {stage}  {self.audio_seconds:.1f} s of audio  elapsed {_clock_time(elapsed)}  "
                 f"ETA {_clock_time(eta)}  {speed:.1f}x real time")
 

@@ -43,7 +43,10 @@ def test_line_after_chunks_shows_elapsed_eta_and_speed() -> None:
     line = bar.line()
     assert line.startswith("[" + "#" * 15 + "-" * 15 + "]  50%")
     assert "chunk 2  5.0 s of audio  elapsed 0:10  ETA 0:10  0.5x real time" in line
-    clock.now += 65.0
+    # Between chunks the ETA counts down; the speed stays the one last measured.
+    clock.now += 4.0
+    assert bar.line().endswith("elapsed 0:14  ETA 0:06  0.5x real time")
+    clock.now += 61.0
     bar.update(SimpleNamespace(text="y" * 99), 80.0)
     assert bar.line().endswith("100%  done  80.0 s of audio  elapsed 1:15  ETA 0:00  1.1x real time")
     bar.close()
