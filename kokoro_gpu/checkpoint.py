@@ -93,8 +93,9 @@ def fold_weight_norm(g: np.ndarray, v: np.ndarray) -> np.ndarray:
     weight_norm (dim 0) uses axis 0 for both, and so does this.
     """
     norm = np.sqrt(np.square(v.reshape(v.shape[0], -1), dtype=np.float64).sum(axis=1))
-    scale = (g.reshape(-1).astype(np.float64) / norm).astype(np.float32)
-    return np.ascontiguousarray(v * scale.reshape((-1,) + (1,) * (v.ndim - 1)), dtype=np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a zero norm: fold_official names it
+        scale = (g.reshape(-1).astype(np.float64) / norm).astype(np.float32)
+        return np.ascontiguousarray(v * scale.reshape((-1,) + (1,) * (v.ndim - 1)), dtype=np.float32)
 
 
 def _listing(names: list[str]) -> str:

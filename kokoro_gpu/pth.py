@@ -241,17 +241,17 @@ class _Reader(pickle._Unpickler):  # the pure-Python unpickler: its opcode table
                            f"stride {_describe(stride)}, offset {_describe(storage_offset)})")
         data = storage.data
         numel = math.prod(size)
-        out_itemsize = 4 if storage.bfloat16 else data.itemsize
-        self._tensor_bytes += numel * out_itemsize
-        allowed = TENSOR_BYTES_PER_STORAGE_BYTE * self._bytes_read + _TENSOR_BYTES_ALLOWANCE
-        if self._tensor_bytes > allowed:
-            raise _TooLarge(f"its tensors declare {self._tensor_bytes} bytes, far more than the "
-                            f"{self._bytes_read} bytes of storage the file holds")
         if numel:
             last = storage_offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
             if last >= data.size:
                 raise _Corrupt(f"a tensor of shape {size} reaches element {last} of a storage of "
                                f"{data.size} elements")
+        self._tensor_bytes += numel * (4 if storage.bfloat16 else data.itemsize)
+        allowed = TENSOR_BYTES_PER_STORAGE_BYTE * self._bytes_read + _TENSOR_BYTES_ALLOWANCE
+        if self._tensor_bytes > allowed:
+            raise _TooLarge(f"its tensors declare {self._tensor_bytes} bytes, far more than the "
+                            f"{self._bytes_read} bytes of storage the file holds")
+        if numel:
             item = data.itemsize
             view = np.lib.stride_tricks.as_strided(data[storage_offset:], shape=size,
                                                    strides=tuple(s * item for s in stride), writeable=False)

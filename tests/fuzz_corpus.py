@@ -412,3 +412,8 @@ def _storage_value_edits_npz(data: bytes) -> Iterator[tuple[str, bytes]]:
                             ("dtype-object", b"'<f4'", b"'|O'")):
         yield f"npy:{label}", _member_edit(data, lambda n: n == "bf_two.npy",
                                            lambda p, o=old, w=new: p.replace(o, w))
+
+
+# For tests elsewhere: hand-written torch-style archives.
+pickle_str, pickle_global, pickle_tensor, pickle_doubling = _u, _g, _tensor, _doubling
+torch_archive = _hand_archive

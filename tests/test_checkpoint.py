@@ -306,3 +306,54 @@ def test_local_directory_is_not_sent_to_the_hub(tmp_path: Path, monkeypatch: pyt
     ckpt = _touch(tmp_path / "owner" / "name" / "m.pth")
     # "owner/name" also looks like a repo id: an existing directory takes precedence.
     assert resolve_model("owner/name").checkpoint_path.resolve() == ckpt
+
+
+EMB = "text_encoder.module.embedding.weight"
+
+
+@pytest.mark.parametrize(("edit", "problem"), [
+    (lambda a: a.__setitem__((0, 0), np.nan), "non-finite"),
+    (lambda a: a.fill(-np.inf), "non-finite"),
+    (lambda a: a.__setitem__((3, 3), 1e38), "values up to 1e+38"),
+    (lambda a: a.__setitem__((3, 3), -2e6), "values up to 2e+06"),
+])
+def test_non_finite_or_absurd_weights_refused_by_name(official: Weights, config: ModelConfig,
+                                                      edit, problem: str) -> None:
+    bad = dict(official)
+    bad[EMB] = official[EMB].copy()
+    edit(bad[EMB])
+    msg = _error(bad, config)
+    assert f"{EMB} has {problem}" in msg and "\n" not in msg
+
+
+def test_zero_norm_weight_norm_refused(official: Weights, config: ModelConfig) -> None:
+    bad = dict(official)
+    bad[f"{CONV}.weight_v"] = official[f"{CONV}.weight_v"].copy()
+    bad[f"{CONV}.weight_v"][5] = 0.0
+    assert f"{CONV}.weight_v has an output channel of zero norm" in _error(bad, config)
+
+
+def test_byte_swapped_checkpoint_refused_at_load(official: Weights, config: ModelConfig) -> None:
+    # The bytes of every tensor reversed but read as native: what a byte-order mix-up gives.
+    swapped = {k: v.byteswap() for k, v in official.items()}
+    assert "values up to" in _error(swapped, config)
+
+
+def test_non_native_byte_order_is_converted(official: Weights, folded: Weights,
+                                            config: ModelConfig) -> None:
+    big_endian = {k: v.astype(v.dtype.newbyteorder(">")) for k, v in official.items()}
+    got = fold_official(big_endian, config)
+    for name, arr in folded.items():
+        assert got[name].dtype == np.float32 and got[name].dtype.isnative, name
+        np.testing.assert_array_equal(got[name], arr, err_msg=name)
+
+
+def test_oversized_safetensors_refused_before_reading(tmp_path: Path, config: ModelConfig,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import kokoro_gpu.checkpoint as checkpoint
+
+    path = tmp_path / "big.safetensors"
+    save_file({"x": np.zeros(1000, np.float32)}, path)
+    monkeypatch.setattr(checkpoint, "checkpoint_byte_limit", lambda cfg: 100)
+    with pytest.raises(CheckpointError, match=r"more than the 100 a file of this kind may hold"):
+        load_checkpoint(path, config)

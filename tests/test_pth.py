@@ -220,3 +220,114 @@ def test_bad_byteorder_record(tmp_path: Path) -> None:
 
     with pytest.raises(CheckpointError, match="byteorder"):
         read_pth(rewrite(TINY / "tiny.pth", tmp_path / "bo.pth", edit))
+
+
+# -- hostile archives: nothing outlives a load, every load bounded ---------------------------------
+
+from fuzz_corpus import (  # noqa: E402
+    pickle_doubling,
+    pickle_global,
+    pickle_str,
+    pickle_tensor,
+    torch_archive,
+)
+
+STORAGE = {"0": np.arange(12, dtype=np.float32).tobytes()}
+GENUINE = b"}(" + pickle_str("w") + pickle_tensor("0", 12, 0, (3, 4), (4, 1)) + b"u"
+
+
+def _write(tmp_path: Path, body: bytes, name: str = "hostile.pth") -> Path:
+    path = tmp_path / name
+    path.write_bytes(torch_archive(body, STORAGE))
+    return path
+
+
+def _one_line_error(path: Path, match: str, **kwargs: object) -> str:
+    with pytest.raises(CheckpointError, match=match) as info:
+        read_pth(path, **kwargs)
+    message = str(info.value)
+    assert "\n" not in message and len(message) <= 1000
+    return message
+
+
+def test_build_on_a_storage_type_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    # The attack: set attributes on the shared stand-in for torch.FloatStorage, so that
+    # every later load reads float32 storages as something else.
+    before = read_pth(TINY / "voice.pt")
+    build = pickle_global("torch", "FloatStorage") + b"}" + pickle_str("name") + pickle_str("HalfStorage")
+    _one_line_error(_write(tmp_path, build + b"sb0" + GENUINE), "sets the state of")
+    np.testing.assert_array_equal(read_pth(TINY / "voice.pt"), before)
+    assert read_pth(_write(tmp_path, GENUINE, "genuine.pth"))["w"].tolist() == [
+        [0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+
+
+def test_stand_ins_are_fresh_per_load(tmp_path: Path) -> None:
+    # A parameter rebuild can hand back a storage type itself; it must not escape the load.
+    leak = pickle_global("torch._utils", "_rebuild_parameter") + b"(" + pickle_global("torch", "FloatStorage")
+    _one_line_error(_write(tmp_path, b"}(" + pickle_str("t") + leak + b"tRu"), "never holds")
+
+
+@pytest.mark.parametrize(("body", "match"), [
+    (pickle_doubling(60), r"expands to more than \d+ values"),  # 2**60 leaves in a few hundred bytes
+    (b"]" * 100_000 + b"a" * 99_999, "nests deeper than 64"),
+    (b"N" + b"\x85" * 100_000, "nests deeper than 64"),
+    (b"(" * 100_000, "nests deeper than 64"),
+    (b"N" + b"\x94" * 200_000, "memoises more than"),
+    (b"}" + pickle_doubling(40) + b"K\x01s", "as a dict key"),
+    (b"\x8b\xff\xff\xff\x7f", "byte integer"),
+])
+def test_nesting_and_memo_are_bounded(tmp_path: Path, body: bytes, match: str) -> None:
+    _one_line_error(_write(tmp_path, body), match)
+
+
+@pytest.mark.parametrize(("size", "stride", "match"), [
+    ((1 << 20, 1 << 20), (0, 0), "tensors declare"),  # stride 0: 4 TiB from 48 bytes
+    ((10**9,), (1,), "reaches element"),
+    ((2**100,), (1,), "malformed tensor record"),
+])
+def test_declared_tensor_sizes_are_bounded(tmp_path: Path, size: tuple, stride: tuple, match: str) -> None:
+    body = b"}(" + pickle_str("w") + pickle_tensor("0", 12, 0, size, stride) + b"u"
+    _one_line_error(_write(tmp_path, body), match)
+
+
+def test_storage_bytes_are_bounded_before_reading(tmp_path: Path) -> None:
+    bomb = torch_archive(GENUINE, {"0": np.zeros(16 << 20, np.float32).tobytes()})
+    path = tmp_path / "bomb.pth"
+    with zipfile.ZipFile(io.BytesIO(bomb)) as zin, zipfile.ZipFile(path, "w") as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info), compress_type=zipfile.ZIP_DEFLATED)
+    assert path.stat().st_size < 1 << 20  # 64 MiB of zeros, deflated
+    _one_line_error(path, "declares 67108864 bytes, more than the 1048576", max_bytes=1 << 20)
+    assert read_pth(path)["w"].shape == (3, 4)  # within the default limit it loads
+
+
+@pytest.mark.parametrize(("method", "flag", "match"), [
+    (zipfile.ZIP_BZIP2, 0, "compression method 12"),
+    (zipfile.ZIP_LZMA, 0, "compression method 14"),
+    (zipfile.ZIP_STORED, 1, "is encrypted"),
+])
+def test_unsupported_zip_members_are_one_line_errors(tmp_path: Path, method: int, flag: int,
+                                                     match: str) -> None:
+    path = tmp_path / "odd.pth"
+    with zipfile.ZipFile(TINY / "tiny.pth") as zin, zipfile.ZipFile(path, "w") as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info), compress_type=method)
+    if flag:
+        data = bytearray(path.read_bytes())
+        for sig, off in ((b"PK\x01\x02", 8), (b"PK\x03\x04", 6)):
+            pos = data.find(sig)
+            while pos >= 0:
+                data[pos + off] |= flag
+                pos = data.find(sig, pos + 4)
+        path.write_bytes(bytes(data))
+    _one_line_error(path, match)
+
+
+def test_duplicate_member_names_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "dup.pth"
+    with zipfile.ZipFile(TINY / "tiny_be.pth") as zin, zipfile.ZipFile(path, "w") as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info))
+        with pytest.warns(UserWarning, match="Duplicate name"):
+            zout.writestr("archive/data/0", b"\x00" * 24)
+    _one_line_error(path, "two members of the same name")
