@@ -223,3 +223,59 @@ def test_lang_code(voice: str, code: str) -> None:
 def test_lang_code_unknown(voice: str) -> None:
     with pytest.raises(VoiceError, match="cannot tell the language"):
         voice_lang_code(voice)
+
+
+def test_absurd_voice_values_refused() -> None:
+    with pytest.raises(VoiceError, match=r"values up to 1e\+30"):
+        VoiceStore(None, None).load(np.full((510, 1, 256), 1e30, np.float32))
+    edge = pack(5)
+    edge[0, 0, 0] = -1000.0  # the bound itself is allowed
+    assert VoiceStore(None, None).load(edge)[0, 0, 0] == -1000.0
+
+
+def _one_line(error: pytest.ExceptionInfo) -> str:
+    message = str(error.value)
+    assert "\n" not in message and len(message) <= 1000
+    return message
+
+
+@pytest.mark.parametrize("damage", [
+    lambda data: data[: len(data) // 2],  # BadZipFile
+    lambda data: b"not a zip at all",
+    lambda data: data.replace(b"PK\x01\x02", b"PK\x01\x03"),
+])
+def test_corrupt_voices_bin_is_a_voice_error(voices_dir: Path, damage) -> None:
+    path = voices_dir / "voices-v1.0.bin"
+    path.write_bytes(damage(path.read_bytes()))
+    store = VoiceStore(voices_dir, None)
+    with pytest.raises(VoiceError, match="cannot read voice archive") as info:
+        store.available()
+    _one_line(info)
+    with pytest.raises(VoiceError, match="cannot read voice archive"):
+        store.load("zf_bin")
+    np.testing.assert_array_equal(store.load("af_ramp"), ramp())  # other voices still load
+
+
+def test_oversized_voice_files_refused_before_reading(voices_dir: Path, tmp_path: Path) -> None:
+    big = tmp_path / "big"
+    big.mkdir()
+    np.save(big / "af_big.npy", np.zeros((600, 1024, 16), np.float64))  # 78 MB
+    with pytest.raises(VoiceError, match="is not a voice file") as info:
+        VoiceStore(big, None).load("af_big")
+    _one_line(info)
+    with open(big / "voices-v1.0.bin", "wb") as f:
+        np.savez_compressed(f, af_huge=np.zeros((4096, 1024), np.float32))  # 16 MiB, deflated to KBs
+    with pytest.raises(VoiceError, match="declares 16777344 bytes"):
+        VoiceStore(big, None).load("af_huge")
+
+
+def test_npy_header_must_match_its_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "af_lie.npy"
+    np.save(path, pack(6))
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b"(510, 1, 256)", b"(510, 9, 256)", 1))
+    with pytest.raises(VoiceError, match="declares 4700160 bytes of data but holds 522240"):
+        VoiceStore(tmp_path, None).load("af_lie")
+    path.write_bytes(data.replace(b"'<f4'", b"'|O' ", 1))
+    with pytest.raises(VoiceError, match=r"Python objects|not a readable"):
+        VoiceStore(tmp_path, None).load("af_lie")
