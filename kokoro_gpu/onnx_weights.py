@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from .checkpoint import value_problem
 from .config import ModelConfig
 from .errors import CheckpointError
 from .layout import TOP_LEVEL, folded_layout
@@ -452,10 +453,10 @@ def onnx_weights(model: Any, config: ModelConfig, source: str = "ONNX model") ->
     if problems:
         raise CheckpointError(f"{source} does not match the Kokoro layout: {'; '.join(problems)}; "
                               "pass kokoro-onnx's kokoro-v1.0(.fp16|.int8).onnx with a matching config.json")
-    not_finite = [n for n, a in c.found.items() if not np.isfinite(a).all()]
-    if not_finite:
-        raise CheckpointError(f"{source}: NaN or infinite values in {_listing(not_finite)}; "
-                              "the model file is corrupt, re-download it")
+    # The same bound on values as the other checkpoint formats: non-finite or absurd means corrupt.
+    bad = [f"{n} has {problem}" for n, a in c.found.items() if (problem := value_problem(a)) is not None]
+    if bad:
+        raise CheckpointError(f"{source}: {_listing(bad)}; the model file is corrupt, re-download it")
     return {name: c.found[name] if name in c.found else np.zeros(shape, dtype=np.float32)
             for name, shape in layout.items()}
 
