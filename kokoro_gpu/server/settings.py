@@ -1,0 +1,120 @@
+"""The server's settings and the ``kokoro-serve`` command line that fills them."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+from ..api import DEFAULT_MODEL, DEFAULT_VOICE
+from ..backends import DEVICES, PRECISIONS
+
+STRICT_MAX_INPUT_CHARS = 4096  # OpenAI's limit
+DEFAULT_MAX_INPUT_CHARS = 20000
+API_KEY_ENV = "KOKORO_API_KEY"
+
+
+@dataclass
+class ServerSettings:
+    """What ``create_app`` needs; every limit a client could push against is here."""
+
+    model: str = DEFAULT_MODEL
+    device: str = "auto"
+    precision: str = "fp32"
+    host: str = "127.0.0.1"
+    port: int = 8880
+    local_files_only: bool = False
+    default_voice: str = DEFAULT_VOICE
+    api_key: str | None = None
+    # Input and request bounds.
+    max_input_chars: int = DEFAULT_MAX_INPUT_CHARS
+    max_body_bytes: int = 256 * 1024
+    max_streams: int = 256
+    request_timeout_s: float = 300.0
+    # Scheduling: chunks queued at most, chunks per backend batch (None: the device's default),
+    # the idle gather window, and how many of a stream's chunks are queued ahead of the one playing.
+    max_queue: int = 4096
+    max_batch: int | None = None
+    gather_ms: float = 2.0
+    lookahead: int = 2
+    # Text front-end processes (None: one per core) and their warm-up languages.
+    g2p_workers: int | None = None
+    warm_langs: tuple[str, ...] = ("a",)
+    deterministic: bool = False
+    graceful_timeout_s: float = 30.0
+    log_level: str = "info"
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kokoro-serve",
+        description="An OpenAI-compatible speech server (POST /v1/audio/speech) batching concurrent "
+        "requests on one model.",
+    )
+    p.add_argument("--model", default=DEFAULT_MODEL, help="hub repo id or local model directory")
+    p.add_argument("--device", choices=DEVICES, default="auto")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8880)
+    p.add_argument("--local-files-only", action="store_true", help="never download from the hub")
+    p.add_argument("--default-voice", default=DEFAULT_VOICE, help="voice when a request names none")
+    p.add_argument("--api-key", default=None,
+                   help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV} if set, else open)")
+    p.add_argument("--strict", action="store_true",
+                   help=f"OpenAI's limits: at most {STRICT_MAX_INPUT_CHARS} input characters")
+    p.add_argument("--max-input-chars", type=_positive_int, default=None,
+                   help=f"longest input accepted (default {DEFAULT_MAX_INPUT_CHARS}; "
+                   f"{STRICT_MAX_INPUT_CHARS} with --strict)")
+    p.add_argument("--max-body-bytes", type=_positive_int, default=256 * 1024)
+    p.add_argument("--max-streams", type=_positive_int, default=256,
+                   help="concurrent speech responses; more get 429 with Retry-After")
+    p.add_argument("--max-queue", type=_positive_int, default=4096, help="chunks waiting for the model")
+    p.add_argument("--max-batch", type=_positive_int, default=None,
+                   help="chunks per model call (1: one request at a time; default 64 on CUDA, 1 on CPU)")
+    p.add_argument("--gather-ms", type=float, default=2.0,
+                   help="how long an idle model waits for more chunks to batch with the first")
+    p.add_argument("--lookahead", type=_positive_int, default=2,
+                   help="chunks of one stream queued ahead of the one being sent")
+    p.add_argument("--request-timeout", type=float, default=300.0, help="seconds per request")
+    p.add_argument("--g2p-workers", type=_positive_int, default=None,
+                   help="text front-end processes (default: one per core)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="zero the generator's random phases and noise (reproducible audio)")
+    p.add_argument("--graceful-timeout", type=float, default=30.0,
+                   help="seconds to let in-flight streams finish on shutdown")
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    return p
+
+
+def settings_from_args(argv: list[str] | None = None) -> ServerSettings:
+    args = build_parser().parse_args(argv)
+    max_input = args.max_input_chars or (STRICT_MAX_INPUT_CHARS if args.strict else DEFAULT_MAX_INPUT_CHARS)
+    return ServerSettings(
+        model=args.model,
+        device=args.device,
+        precision=args.precision,
+        host=args.host,
+        port=args.port,
+        local_files_only=args.local_files_only,
+        default_voice=args.default_voice,
+        api_key=args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None,
+        max_input_chars=max_input,
+        max_body_bytes=args.max_body_bytes,
+        max_streams=args.max_streams,
+        request_timeout_s=args.request_timeout,
+        max_queue=args.max_queue,
+        max_batch=args.max_batch,
+        gather_ms=args.gather_ms,
+        lookahead=args.lookahead,
+        g2p_workers=args.g2p_workers,
+        deterministic=args.deterministic,
+        graceful_timeout_s=args.graceful_timeout,
+        log_level=args.log_level,
+    )

@@ -1,0 +1,187 @@
+"""From a checked request to audio chunks: text front end in worker processes, chunks on the scheduler.
+
+The text is cut into pieces (the first sentence, the rest of its line, each
+further line) that are phonemised in a process pool, one piece ahead of the
+audio, so the event loop never runs G2P and the first sentence is synthesised
+without waiting for the rest. Each piece's chunks (at most 510 phonemes, cut at
+sentence and clause ends, as ``KokoroTTS.synthesize`` cuts a line) go to the
+scheduler with the stream's chunk index as priority and at most ``lookahead``
+queued ahead of the one being sent; chunk ``i`` uses ``seed + i``. The joins
+between chunks get a 5 ms raised-cosine fade out and in, so that no chunk
+boundary clicks; each chunk's audio is sent without its last 5 ms until the
+next chunk (or the end) says whether a join follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+import warnings
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..api import KokoroTTS
+from ..errors import InputError
+from ..scheduler import ChunkOutput, ChunkScheduler, ChunkSpec
+from ..text.chunking import MAX_PHONEMES, Chunk, chunk_words, split_paragraphs
+from ..text.timestamps import WordTimestamp, word_timestamps
+from ..tokens import phonemes_to_ids
+from ..voices import style_for
+from .speech import SpeechJob
+
+logger = logging.getLogger("kokoro_gpu.server")
+
+FADE_SAMPLES = 120  # 5 ms at 24 kHz
+_FADE_IN = (0.5 - 0.5 * np.cos(np.pi * (np.arange(FADE_SAMPLES) + 0.5) / FADE_SAMPLES)).astype(np.float32)
+# The first sentence: up to the first sentence end followed by a space (closing quotes stay with it).
+_FIRST_SENTENCE = re.compile(r".+?[.!?\u2026]+[\"')\]\u201d]*(?=\s)", re.S)
+
+
+def text_pieces(text: str) -> list[str]:
+    """The text as separately phonemised pieces: the first sentence alone, then whole lines."""
+    lines = split_paragraphs(text)
+    if not lines:
+        return []
+    m = _FIRST_SENTENCE.match(lines[0])
+    if m is None or not lines[0][m.end() :].strip():
+        return lines
+    return [m.group().strip(), lines[0][m.end() :].strip(), *lines[1:]]
+
+
+def phonemize_piece(text: str, lang: str, limit: int) -> list[Chunk]:
+    """Runs in a front-end worker process: one piece of text -> its chunks."""
+    from ..text.g2p import front_end
+
+    return chunk_words(front_end(lang)(text), limit)
+
+
+def warm_front_end(langs: tuple[str, ...]) -> None:
+    """Front-end worker initialiser: load the G2P models once, before the first request."""
+    for lang in langs:
+        phonemize_piece("Hello.", lang, MAX_PHONEMES)
+
+
+@dataclass
+class AudioPiece:
+    """Audio ready to send, with the words whose timestamps it completes (seconds from the start)."""
+
+    audio: np.ndarray
+    words: list[WordTimestamp] = field(default_factory=list)
+    phonemes: int = 0
+
+
+class Synthesizer:
+    """Runs speech jobs: front end in ``pool``, chunks through ``scheduler``."""
+
+    def __init__(self, tts: KokoroTTS, scheduler: ChunkScheduler, pool: ProcessPoolExecutor,
+                 *, lookahead: int, deterministic: bool,
+                 on_g2p: Callable[[float], None] | None = None) -> None:
+        self.tts = tts
+        self.scheduler = scheduler
+        self.pool = pool
+        self.lookahead = lookahead
+        self.deterministic = deterministic
+        self.limit = min(MAX_PHONEMES, tts.config.max_phonemes)
+        self._on_g2p = on_g2p
+
+    async def _chunks(self, job: SpeechJob) -> AsyncIterator[Chunk]:
+        """The job's chunks in order; the next piece is phonemised while this one's chunks are used."""
+        pieces = text_pieces(job.text)
+        pending: deque[tuple[Future[list[Chunk]], float]] = deque()
+        try:
+            for k in range(min(2, len(pieces))):
+                pending.append((self.pool.submit(phonemize_piece, pieces[k], job.lang, self.limit),
+                                time.perf_counter()))
+            submitted = len(pending)
+            while pending:
+                future, started = pending.popleft()
+                chunks = await asyncio.wrap_future(future)
+                if self._on_g2p is not None:
+                    self._on_g2p(time.perf_counter() - started)
+                if submitted < len(pieces):
+                    pending.append((self.pool.submit(phonemize_piece, pieces[submitted], job.lang,
+                                                     self.limit), time.perf_counter()))
+                    submitted += 1
+                for chunk in chunks:
+                    yield chunk
+        finally:
+            for future, _ in pending:
+                future.cancel()
+
+    def _spec(self, job: SpeechJob, chunk: Chunk, index: int) -> ChunkSpec:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # phoneme characters outside the vocab are dropped
+            ids = phonemes_to_ids(chunk.phonemes, self.tts.config.vocab, self.tts.config.max_phonemes)
+        return ChunkSpec(
+            input_ids=ids,
+            ref_s=style_for(job.pack, chunk.phonemes),
+            speed=job.speed,
+            seed=None if job.seed is None else job.seed + index,
+            deterministic=self.deterministic,
+            priority=index,
+        )
+
+    async def audio(self, job: SpeechJob) -> AsyncIterator[AudioPiece]:
+        """The job's audio, piece by piece as chunks finish; closing the iterator cancels the rest.
+
+        Raises ``InputError`` (before any audio) when the text has nothing to speak.
+        """
+        chunks = self._chunks(job)
+        inflight: deque[tuple[Chunk, Future[ChunkOutput]]] = deque()
+        exhausted = False
+        index = 0
+        offset = 0.0
+        held = np.zeros(0, dtype=np.float32)  # the last chunk's tail, sent once the next is known
+
+        async def fill() -> None:
+            nonlocal exhausted, index
+            while not exhausted and len(inflight) < self.lookahead:
+                chunk = await anext(chunks, None)
+                if chunk is None:
+                    exhausted = True
+                    return
+                inflight.append((chunk, self.scheduler.submit(self._spec(job, chunk, index))))
+                index += 1
+
+        try:
+            await fill()
+            if not inflight:
+                raise InputError("the text yields no phonemes to speak; pass words")
+            first = True
+            while inflight:
+                chunk, future = inflight.popleft()
+                out = await asyncio.wrap_future(future)
+                audio = np.asarray(out.audio, dtype=np.float32)
+                if not first and len(held) and len(audio):
+                    held = _fade(held, fade_in=False)
+                    audio = _fade(audio, fade_in=True)
+                words = word_timestamps(chunk.words, chunk.phonemes, out.durations, self.tts.config.vocab,
+                                        offset)
+                offset += len(audio) / self.tts.sample_rate
+                keep = min(FADE_SAMPLES, len(audio))
+                send = np.concatenate([held, audio[: len(audio) - keep]])
+                held = audio[len(audio) - keep :].copy()
+                first = False
+                yield AudioPiece(send, words, len(out.durations) - 2)
+                await fill()
+            yield AudioPiece(held)
+        finally:
+            for _, future in inflight:
+                future.cancel()
+            await chunks.aclose()
+
+
+def _fade(audio: np.ndarray, *, fade_in: bool) -> np.ndarray:
+    n = min(FADE_SAMPLES, len(audio))
+    out = audio.copy()
+    if fade_in:
+        out[:n] *= _FADE_IN[:n]
+    else:
+        out[len(out) - n :] *= _FADE_IN[:n][::-1]
+    return out

@@ -1,0 +1,382 @@
+"""Load test of kokoro-serve: N concurrent streaming clients, batched server against one-at-a-time.
+
+For each client count (default 1, 8, 32, 64, 128) the clients send English
+texts of mixed length from a corpus (closed loop: each client sends its next
+request when the last one ends; open loop: Poisson arrivals at ``--rate``
+requests per second) for ``--duration`` seconds, reading each response as a
+stream. Per request it records the time to first audio (request sent -> first
+audio bytes), the audio length, and whether the stream underran (some audio
+arrived later than a player started at the first byte would have needed it).
+It prints, per server mode and client count: requests, errors, time to first
+audio p50 / p99, per-stream real-time factor (audio seconds / seconds from
+request to last byte) p50 and min, streams that underran, aggregate audio
+seconds per second, and, when it started the server, the server's CPU seconds
+per audio second (the encoders' cost shows as the difference between formats)
+and its RSS at start and end.
+
+It starts the server itself (``--model``/``--device``; ``--serial`` adds the
+same server with ``--max-batch 1``, one chunk on the model at a time, run in
+the same invocation) or targets ``--url``. Clients are spread over
+``--client-procs`` processes so that reading 128 streams is not the limit.
+
+    python scripts/load_test.py --model DIR --device cuda --precision fast --serial
+    python scripts/load_test.py --url http://127.0.0.1:8880 --clients 8,32 --format mp3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+SAMPLE_RATE = 24000
+# Mixed-length English: one short line, medium paragraphs, long ones (written for this test).
+CORPUS = [
+    "Yes, that works for me.",
+    "The train leaves at seven fifteen from platform four.",
+    "Could you send me the report before the meeting tomorrow?",
+    "Thank you for calling. Please hold while we connect you.",
+    "It rained all night, and by morning the river had risen over the old stone steps.",
+    "Turn left at the second light, then keep going until you see the bakery on the corner.",
+    "The museum opens at nine. Tickets are cheaper online, and children under five get in free.",
+    "She picked up the violin for the first time in years, tuned it slowly, and began to play.",
+    "Our quarterly results show steady growth in every region, with the strongest gains in the "
+    "north, where new stores opened in the spring. Costs stayed flat, and we expect the second "
+    "half of the year to follow the same pattern.",
+    "To reset your password, open the settings page, choose security, and follow the link we send "
+    "to your email address. The link expires after one hour, so use it soon. If it does not "
+    "arrive, check your spam folder before asking for another one.",
+    "The lighthouse keeper climbed the spiral stairs every evening, counting the steps out of habit. "
+    "There were one hundred and twelve of them, worn smooth in the middle by a century of boots. "
+    "At the top he wound the clockwork, trimmed the wick, and watched the beam sweep across the "
+    "dark water toward the ships he would never meet.",
+    "Bread is one of the oldest prepared foods. Flour and water, left to sit, gather wild yeasts "
+    "from the air; the dough rises, and baking sets the bubbles into a crumb. Bakers still argue "
+    "about hydration, salt and the length of the first rise, and every town seems to have its own "
+    "answer. What they agree on is patience: good bread cannot be hurried, and the best loaves "
+    "come from dough that was given the whole night to develop its flavour.",
+    "When the first radio broadcasts reached small farming towns, families gathered in the evening "
+    "around a single set, listening to news, music and serial dramas. Newspapers worried that "
+    "nobody would read anymore; instead, both thrived. Decades later the same worry returned with "
+    "television, and again with the internet. Each new medium changed how people spent their "
+    "evenings, but the wish to hear a good story, told well, stayed exactly the same. Perhaps that "
+    "is the real constant in the history of media: not the technology, but the audience, waiting "
+    "for the next episode.",
+]
+
+
+def load_texts(spec: str) -> list[str]:
+    if spec == "mixed":
+        return CORPUS
+    if spec == "short":
+        return [t for t in CORPUS if len(t) < 80]
+    texts = [line.strip() for line in Path(spec).read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not texts:
+        raise SystemExit(f"load_test: no texts in {spec}")
+    return texts
+
+
+@dataclass
+class Record:
+    sent: float
+    ttfa: float | None = None
+    audio_s: float = 0.0
+    duration: float = 0.0
+    underrun: bool = False
+    error: str | None = None
+
+
+# ------------------------------------------------------------------ clients
+
+
+async def _one_request(http: httpx.AsyncClient, url: str, body: dict, fmt: str) -> Record:
+    record = Record(sent=time.perf_counter())
+    received = 0  # bytes of pcm audio so far
+    first = 0.0
+    try:
+        async with http.stream("POST", f"{url}/v1/audio/speech", json=body) as response:
+            if response.status_code != 200:
+                await response.aread()
+                record.error = f"{response.status_code}: {response.text[:120]}"
+                return record
+            async for data in response.aiter_raw():
+                now = time.perf_counter()
+                if record.ttfa is None:
+                    first = now
+                    record.ttfa = now - record.sent
+                elif fmt == "pcm" and now - first > received / 2 / SAMPLE_RATE:
+                    record.underrun = True  # a player started at the first byte ran dry before this
+                received += len(data)
+        record.duration = time.perf_counter() - record.sent
+        record.audio_s = received / 2 / SAMPLE_RATE if fmt == "pcm" else 0.0
+    except httpx.HTTPError as e:
+        record.error = f"{type(e).__name__}: {e}"[:160]
+    return record
+
+
+async def _clients(url: str, api_key: str | None, fmt: str, clients: int, duration: float,
+                   rate: float | None, seed: int, texts: list[str]) -> list[Record]:
+    rng = random.Random(seed)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    end = time.perf_counter() + duration
+    records: list[Record] = []
+
+    def body() -> dict:
+        return {"model": "kokoro", "input": rng.choice(texts), "voice": "af_heart", "response_format": fmt}
+
+    async with httpx.AsyncClient(timeout=600, headers=headers, limits=limits) as http:
+        if rate is None:  # closed loop
+
+            async def loop() -> None:
+                while time.perf_counter() < end:
+                    records.append(await _one_request(http, url, body(), fmt))
+
+            await asyncio.gather(*(loop() for _ in range(clients)))
+        else:  # open loop: Poisson arrivals, at most `clients` in flight
+            slots = asyncio.Semaphore(clients)
+            tasks = []
+
+            async def arrival() -> None:
+                async with slots:
+                    records.append(await _one_request(http, url, body(), fmt))
+
+            while time.perf_counter() < end:
+                tasks.append(asyncio.ensure_future(arrival()))
+                await asyncio.sleep(rng.expovariate(rate))
+            await asyncio.gather(*tasks)
+    return records
+
+
+def _client_process(args: tuple) -> list[dict]:
+    return [asdict(r) for r in asyncio.run(_clients(*args))]
+
+
+def run_level(url: str, api_key: str | None, fmt: str, clients: int, duration: float, rate: float | None,
+              procs: int, texts: list[str]) -> tuple[list[Record], float]:
+    procs = max(1, min(procs, clients))
+    shares = [clients // procs + (i < clients % procs) for i in range(procs)]
+    rates = [None if rate is None else rate * s / clients for s in shares]
+    jobs = [(url, api_key, fmt, share, duration, share_rate, 1000 * clients + i, texts)
+            for i, (share, share_rate) in enumerate(zip(shares, rates, strict=True))]
+    started = time.perf_counter()
+    with multiprocessing.get_context("spawn").Pool(procs) as pool:
+        parts = pool.map(_client_process, jobs)
+    wall = time.perf_counter() - started
+    return [Record(**r) for part in parts for r in part], wall
+
+
+# ------------------------------------------------------------------- server
+
+
+class Server:
+    """kokoro-serve in a subprocess on a free port, or an existing URL."""
+
+    def __init__(self, url: str | None, server_args: list[str], label: str) -> None:
+        self.label = label
+        self.process: subprocess.Popen | None = None
+        if url is not None:
+            self.url = url.rstrip("/")
+            return
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        argv = [sys.executable, "-m", "kokoro_gpu.server", "--port", str(port), "--log-level", "warning",
+                "--max-streams", "4096", *server_args]
+        print(f"# starting: {' '.join(argv)}", file=sys.stderr)
+        self.process = subprocess.Popen(argv)
+        end = time.monotonic() + 600
+        while time.monotonic() < end:
+            if self.process.poll() is not None:
+                raise SystemExit(f"load_test: the server exited with {self.process.returncode}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise SystemExit("load_test: the server did not become ready in 600 s")
+
+    def pids(self) -> list[int]:
+        """The server and its front-end worker processes."""
+        if self.process is None:
+            return []
+        found, todo = [], [self.process.pid]
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            for task in Path(f"/proc/{pid}/task").glob("*/children"):
+                todo.extend(int(c) for c in task.read_text().split())
+        return found
+
+    def cpu_seconds(self) -> float | None:
+        if self.process is None:
+            return None
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for pid in self.pids():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])
+        return total / tick
+
+    def rss_mb(self) -> float | None:
+        if self.process is None:
+            return None
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return None
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+def audio_seconds_made(url: str) -> float | None:
+    """The server's kokoro_audio_seconds_total (counts every format's audio)."""
+    try:
+        text = httpx.get(f"{url}/metrics", timeout=10).text
+    except httpx.HTTPError:
+        return None
+    return next((float(line.split()[-1]) for line in text.splitlines()
+                 if line.startswith("kokoro_audio_seconds_total")), None)
+
+
+def gpu_memory_mb() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout.split()
+        return "/".join(out) if out else "-"
+    except (OSError, subprocess.TimeoutExpired):
+        return "-"
+
+
+# ------------------------------------------------------------------- report
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
+
+
+def summarise(label: str, clients: int, fmt: str, records: list[Record], wall: float,
+              cpu: float | None, made: float | None) -> dict:
+    """One row; audio seconds are counted from the bytes for pcm, from the server's metric otherwise."""
+    ok = [r for r in records if r.error is None]
+    ttfa = [r.ttfa * 1000 for r in ok if r.ttfa is not None]
+    audio = sum(r.audio_s for r in ok) if fmt == "pcm" else (made or 0.0)
+    rtf = [r.audio_s / r.duration for r in ok if r.duration > 0 and r.audio_s > 0]
+    return {
+        "mode": label, "clients": clients, "format": fmt, "requests": len(records),
+        "errors": len(records) - len(ok), "ttfa_p50_ms": statistics.median(ttfa) if ttfa else float("nan"),
+        "ttfa_p99_ms": _pct(ttfa, 0.99), "rtf_p50": statistics.median(rtf) if rtf else float("nan"),
+        "rtf_min": min(rtf) if rtf else float("nan"),
+        "underruns": sum(r.underrun for r in ok) if fmt == "pcm" else "-",
+        "audio_s_per_s": audio / wall if wall > 0 else float("nan"),
+        "cpu_s_per_audio_s": cpu / audio if cpu is not None and audio > 0 else float("nan"),
+        "first_error": next((r.error for r in records if r.error), None),
+    }
+
+
+HEADER = ("| mode | clients | format | requests | errors | TTFA p50 ms | TTFA p99 ms | RTF p50 | RTF min "
+          "| underruns | audio-s/s | server CPU s / audio s |")
+
+
+def row(s: dict) -> str:
+    return (f"| {s['mode']} | {s['clients']} | {s['format']} | {s['requests']} | {s['errors']} "
+            f"| {s['ttfa_p50_ms']:.1f} | {s['ttfa_p99_ms']:.1f} | {s['rtf_p50']:.1f} | {s['rtf_min']:.1f} "
+            f"| {s['underruns']} | {s['audio_s_per_s']:.1f} | {s['cpu_s_per_audio_s']:.3f} |")
+
+
+def run_mode(server: Server, args: argparse.Namespace, levels: list[int], formats: list[str]) -> list[dict]:
+    """Warm up, then every format at every client count against one server; print each row."""
+    rows = []
+    memory_start = (server.rss_mb(), gpu_memory_mb())
+    run_level(server.url, args.api_key, formats[0], min(8, max(levels)), args.warmup, None, args.client_procs,
+              args.corpus)
+    for fmt in formats:
+        for clients in levels:
+            cpu0, made0 = server.cpu_seconds(), audio_seconds_made(server.url)
+            records, wall = run_level(server.url, args.api_key, fmt, clients, args.duration, args.rate,
+                                      args.client_procs, args.corpus)
+            cpu1, made1 = server.cpu_seconds(), audio_seconds_made(server.url)
+            summary = summarise(server.label, clients, fmt, records, wall,
+                                None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
+                                None if made0 is None or made1 is None else made1 - made0)
+            rows.append(summary)
+            print(row(summary), flush=True)
+            if summary["first_error"]:
+                print(f"#   first error: {summary['first_error']}", flush=True)
+    memory_end = (server.rss_mb(), gpu_memory_mb())
+    print(f"# {server.label}: server RSS {memory_start[0]} -> {memory_end[0]} MB, "
+          f"GPU memory used {memory_start[1]} -> {memory_end[1]} MB", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--url", help="an existing server")
+    target.add_argument("--model", help="start kokoro-serve with this model (dir or repo)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--precision", default="fp32")
+    p.add_argument("--server-arg", action="append", default=[], help="extra kokoro-serve argument (repeat)")
+    p.add_argument("--serial", action="store_true",
+                   help="also run the same server in one-at-a-time mode (--max-batch 1), side by side")
+    p.add_argument("--clients", default="1,8,32,64,128", help="comma-separated client counts")
+    p.add_argument("--duration", type=float, default=20.0, help="seconds of load per client count")
+    p.add_argument("--warmup", type=float, default=5.0, help="seconds of load before each mode, not counted")
+    p.add_argument("--rate", type=float, default=None, help="open loop: requests per second (Poisson)")
+    p.add_argument("--format", default="pcm", help="comma-separated: pcm, mp3, opus, ...")
+    p.add_argument("--client-procs", type=int, default=min(8, os.cpu_count() or 1))
+    p.add_argument("--api-key", default=os.environ.get("KOKORO_API_KEY"))
+    p.add_argument("--texts", default="mixed",
+                   help="mixed (the built-in corpus), short (its one-sentence texts) or a file of texts")
+    p.add_argument("--json", type=Path, help="also write the rows here")
+    args = p.parse_args(argv)
+    if args.serial and args.url:
+        p.error("--serial starts its own two servers; give --model instead of --url")
+    args.corpus = load_texts(args.texts)
+
+    levels = [int(c) for c in args.clients.split(",")]
+    formats = args.format.split(",")
+    base = [] if args.url else ["--model", args.model, "--device", args.device,
+                                "--precision", args.precision, *args.server_arg]
+    modes = [("batched", base)] + ([("one-at-a-time", [*base, "--max-batch", "1"])] if args.serial else [])
+    rows = []
+    print(HEADER)
+    print("|" + "---|" * 12)
+    for label, server_args in modes:
+        server = Server(args.url, server_args, label)
+        try:
+            rows.extend(run_mode(server, args, levels, formats))
+        finally:
+            server.stop()
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
