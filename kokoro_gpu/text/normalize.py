@@ -29,8 +29,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from num2words import num2words
-
 
 @dataclass(frozen=True)
 class Normalization:
@@ -59,6 +57,8 @@ _SENTENCE_PERIOD = " ."
 
 def _words(n: int, ordinal: bool = False) -> str:
     """A number in words, without num2words' hyphens and commas ("forty five")."""
+    from num2words import num2words  # here, so that importing the package needs no front end
+
     text = num2words(n, to="ordinal") if ordinal else num2words(n)
     return text.replace("-", " ").replace(",", "")
 
