@@ -8,6 +8,12 @@ from __future__ import annotations
 
 import io
 import json
+import resource
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -122,6 +128,12 @@ def test_list_voices(capsys, model_dir, voice):
         (["hi", "-o", "{tmp}/o.wav", "--speed", "fast"], "speed"),
         (["hi", "-o", "{tmp}/o.wav", "--lang", "xx"], "unknown language"),
         (["hi", "-o", "{tmp}/o.wav", "--seed", "x"], "--seed"),
+        (["hi", "-o", "{tmp}/o.wav", "--seed", "-1"], "seed must be from 0 to 2**64 - 1"),
+        (["hi", "-o", "{tmp}/o.wav", "--seed", str(2**64)], "seed must be"),
+        (["hi", "-o", "{tmp}/o.wav", "--speed", "1e-40"], "speed must be a finite number from 0.1 to 10"),
+        (["hi", "-o", "{tmp}/o.wav", "--speed", "1e-7"], "speed"),
+        (["hi", "-o", "{tmp}/o.wav", "--speed", "11"], "speed"),
+        (["caf\udce9", "-o", "{tmp}/o.wav"], "byte 0xe9, which is not UTF-8"),
         (["hi", "-o", "{tmp}/o.wav", "--device", "tpu"], "--device"),
         (["hi"], "no output given"),
         (["hi", "-i", "{tmp}/blank.txt", "-o", "{tmp}/o.wav"], "not both"),
@@ -191,3 +203,95 @@ def test_timestamp_formats():
 def test_help(capsys):
     assert main(["--help"]) == 0
     assert "kokoro-speak" in capsys.readouterr().out
+
+
+def test_nothing_to_say(tmp_path, capsys, model_dir, voice):
+    out = tmp_path / "o.wav"
+    code, err = _run(capsys, "... !!! ???", "-o", out, "--model", model_dir, "--voice", voice,
+                     "--device", "cpu")
+    assert code == 2 and err.count("\n") == 1 and "no phonemes" in err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("data", "errors", "message"), [
+    (b"caf\xe9 au lait", "strict", "standard input is not UTF-8 text (byte 0xe9 at offset 3)"),
+    (b"caf\xe9 au lait", "surrogateescape", "byte 0xe9, which is not UTF-8, at character 3"),
+])
+def test_stdin_that_is_not_utf8(tmp_path, capsys, monkeypatch, model_dir, data, errors, message):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors=errors))
+    code, err = _run(capsys, "-o", tmp_path / "o.wav", "--model", model_dir)
+    assert code == 2 and err.count("\n") == 1 and message in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_list_voices_with_a_corrupt_voices_bin(tmp_path, capsys, model_dir):
+    broken = tmp_path / "model"
+    (broken / "voices").mkdir(parents=True)
+    for path in model_dir.iterdir():
+        if path.is_file():
+            (broken / path.name).symlink_to(path)
+    (broken / "voices" / "voices-v1.0.bin").write_bytes(b"PK\x03\x04 truncated")
+    code = main(["--list-voices", "--model", str(broken)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "cannot read voice archive" in err
+
+
+@contextmanager
+def _file_size_limit(limit: int):
+    """Writes past ``limit`` bytes fail with EFBIG, as on a full disk (SIGXFSZ ignored)."""
+    previous_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    previous = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, previous[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, previous)
+        signal.signal(signal.SIGXFSZ, previous_handler)
+
+
+def test_full_disk_names_the_audio_file(tmp_path, capsys, model_dir, voice):
+    out = tmp_path / "o.wav"
+    argv = ["--phonemes", PHONEMES, "-o", str(out), "--model", str(model_dir), "--voice", voice,
+            "--device", "cpu", "--deterministic"]
+    with _file_size_limit(1000):
+        code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and f"cannot write {out}: " in err
+    assert not list(tmp_path.iterdir())  # neither the output nor its .part
+
+
+def test_full_disk_names_the_timestamps_file(tmp_path, capsysbinary, model_dir, voice, reference):
+    stamps = tmp_path / "t.json"
+    argv = ["--phonemes", PHONEMES, "-o", "-", "--timestamps", str(stamps), "--model", str(model_dir),
+            "--voice", voice, "--device", "cpu", "--deterministic"]
+    with _file_size_limit(10):
+        code = main(argv)
+    captured = capsysbinary.readouterr()
+    err = captured.err.decode()
+    assert code == 1 and err.count("\n") == 1 and f"cannot write {stamps}: " in err
+    assert len(captured.out) == 2 * len(reference.audio)  # the audio went out whole
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_terminated_run_leaves_no_partial_file(tmp_path, model_dir, voice, signum):
+    out = tmp_path / "o.wav"
+    phonemes = " ".join(["h\u0259l\u02c8O w\u02c8\u025c\u0279ld."] * 200)  # several chunks: seconds each
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kokoro_gpu.cli", "--phonemes", phonemes, "-o", str(out), "--model",
+         str(model_dir), "--voice", voice, "--device", "cpu"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(tmp_path.glob(".o.wav.*.part")):
+            assert proc.poll() is None and time.monotonic() < deadline, "synthesis never started"
+            time.sleep(0.1)
+        time.sleep(0.5)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    name = signal.Signals(signum).name
+    assert proc.returncode == 128 + signum and err == f"kokoro-speak: terminated by {name}\n"
+    assert not list(tmp_path.iterdir())
