@@ -45,6 +45,8 @@ MAX_BIN_ENTRIES = 10_000
 # The largest |value| a voice pack may hold: style vectors of trained voices stay
 # within a few units; a larger value only makes noise, silence or NaN audio.
 MAX_VOICE_MAGNITUDE = 1e3
+MAX_SPEC_CHARS = 4096  # of a voice name, path or mix expression
+MAX_MIX_TERMS = 64
 
 
 @lru_cache(maxsize=1)
@@ -106,9 +108,17 @@ def _read_bounded(path: Path) -> bytes:
         return f.read(MAX_VOICE_BYTES + 1)
 
 
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False for a name the OS refuses (too long, a NUL byte)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def read_voice_file(path: Path) -> np.ndarray:
     """One voice pack from a ``.pt`` (bare tensor), ``.safetensors`` or ``.npy`` file, validated."""
-    if not path.is_file():
+    if not _is_file(path):
         raise VoiceError(f"voice file not found: {path}")
     suffix = path.suffix.lower()
     try:
@@ -178,7 +188,7 @@ class VoiceStore:
         if self.voices_dir is None:
             return None
         path = self.voices_dir / VOICES_BIN
-        return path if path.is_file() else None
+        return path if _is_file(path) else None
 
     def _bin_entries(self) -> dict[str, str]:
         """Voice name -> archive member of voices-v1.0.bin (a NumPy .npz zip)."""
@@ -240,7 +250,7 @@ class VoiceStore:
         if self.voices_dir is not None:
             for suffix in VOICE_SUFFIXES:
                 path = self.voices_dir / f"{name}{suffix}"
-                if path.is_file():
+                if _is_file(path):
                     return read_voice_file(path)
             if name in self._bin_entries():
                 return self._bin_pack(name)
@@ -270,9 +280,14 @@ class VoiceStore:
         spec = spec.strip()
         if not spec:
             raise VoiceError("voice is empty; pass a voice name such as af_heart")
-        if Path(spec).expanduser().is_file():
+        if len(spec) > MAX_SPEC_CHARS:
+            raise VoiceError(f"voice is {len(spec)} characters long (at most {MAX_SPEC_CHARS}); "
+                             "pass a voice name, path or mix")
+        if _is_file(Path(spec).expanduser()):
             return self._single(spec)
         terms = _parse_mix(spec)
+        if len(terms) > MAX_MIX_TERMS:
+            raise VoiceError(f"voice mix has {len(terms)} terms (at most {MAX_MIX_TERMS})")
         if len(terms) == 1:
             return self._single(terms[0][0])
         total = sum(w for _, w in terms)

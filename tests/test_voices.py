@@ -279,3 +279,16 @@ def test_npy_header_must_match_its_bytes(tmp_path: Path) -> None:
     path.write_bytes(data.replace(b"'<f4'", b"'|O' ", 1))
     with pytest.raises(VoiceError, match=r"Python objects|not a readable"):
         VoiceStore(tmp_path, None).load("af_lie")
+
+
+@pytest.mark.parametrize(("spec", "match"), [
+    ("a" * 300, "unknown voice"),  # longer than a file name may be
+    ("a" * 5000, "5000 characters long"),
+    ("x/" * 1000, "voice file not found"),
+    ("af_x\x00", "unknown voice"),
+    ("+".join(["af_ramp"] * 65), "65 terms"),
+])
+def test_hostile_voice_specs(voices_dir: Path, spec: str, match: str) -> None:
+    with pytest.raises(VoiceError, match=match) as info:
+        VoiceStore(voices_dir, None).load(spec)
+    _one_line(info)
