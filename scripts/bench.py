@@ -40,7 +40,10 @@ PyTorch (on the device machine: ``kokoro`` and ``loguru`` wheels in .whl)::
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
     PYTHONPATH=/tmp/site python3 scripts/bench.py --json $OUT/bench.json --md $OUT/bench.md
 
-CPU smoke test: ``python3 scripts/bench.py --device cpu --no-torch --cases short --repeats 1 --warmup 0``.
+``--device cpu`` runs the CPU benchmark of ``scripts/bench_cpu.py`` instead: real weights
+(``--model``), the onnxruntime int8 and PyTorch CPU peers beside kokoro_gpu, cases
+``short``, ``long`` and ``ttfa`` (time to first audio of ``stream()``). Smoke test:
+``python3 scripts/bench.py --device cpu --no-torch --no-ort --cases short --repeats 1 --warmup 0``.
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ from kokoro_gpu.random_weights import random_checkpoint, random_voice_pack
 from kokoro_gpu.tokens import phonemes_to_ids
 
 CASES = {"short": 30, "medium": 157, "long": 500}
+CPU_CASES = ("short", "long", "ttfa")  # scripts/bench_cpu.py
 BATCH_CASE = "batch"
 # The PyTorch reference numbers of the issue (H200, kokoro 0.9.4, fp32 eager), ms.
 ISSUE_TORCH_MS = {"short": 34.7, "medium": 54.3, "long": 107.6}
@@ -692,9 +696,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument(
         "--cases",
-        default="short,medium,long,batch",
-        help=f"comma-separated subset of {', '.join([*CASES, BATCH_CASE])}",
+        default=None,
+        help=f"comma-separated subset of {', '.join([*CASES, BATCH_CASE])} (cuda; default all) "
+        f"or of {', '.join(CPU_CASES)} (cpu; default all)",
     )
+    p.add_argument("--model", default="kokoro-onnx-int8", help="cpu: the model (name, directory or file)")
+    p.add_argument("--onnx", help="cpu: the int8 .onnx of the onnxruntime peer (default: the model's)")
+    p.add_argument("--voice", default="jf_alpha", help="cpu: the voice of every case")
+    p.add_argument("--no-ort", action="store_true", help="cpu: skip the onnxruntime peer")
     p.add_argument(
         "--precision",
         default="all",
@@ -710,11 +719,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, help="write rows and facts as JSON here")
     p.add_argument("--md", type=Path, help="write the table as Markdown here")
     args = p.parse_args(argv)
-    args.cases = [c for c in re.split(r"[,\s]+", args.cases) if c]
-    unknown = [c for c in args.cases if c not in CASES and c != BATCH_CASE]
+    known = CPU_CASES if args.device == "cpu" else (*CASES, BATCH_CASE)
+    args.cases = [c for c in re.split(r"[,\s]+", args.cases or ",".join(known)) if c]
+    unknown = [c for c in args.cases if c not in known]
     if unknown:
         p.error(f"unknown case(s) {unknown}")
-    if BATCH_CASE in args.cases and "medium" not in args.cases:
+    if args.device == "cuda" and BATCH_CASE in args.cases and "medium" not in args.cases:
         args.cases.insert(0, "medium")
     args.precision = list(backends.PRECISIONS) if args.precision == "all" else args.precision.split(",")
     if args.repeats < 1 or args.warmup < 0:
@@ -724,6 +734,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.device == "cpu":
+        from bench_cpu import main_cpu
+
+        return main_cpu(args)
     config = ModelConfig.load()
     ckpt = random_checkpoint(config, args.seed)
     weights = fold_official(ckpt, config, source="random checkpoint")

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import CheckpointError
 from ..ops import adain, conv1d, conv_transpose1d, linear, upsample_nearest
+from ..ops.fast_conv import Method, PreparedConv1d
 
 Weights = Mapping[str, np.ndarray]
 FloatType = type[np.floating]
@@ -64,18 +65,25 @@ class Linear:
 
 
 class Conv1d:
-    """Conv1d with fixed stride and dilation; padding "same" for stride 1 unless given."""
+    """Conv1d with fixed stride and dilation; padding "same" for stride 1 unless given.
+
+    Stride 1 runs as a :class:`PreparedConv1d` (weights laid out once; ``method``
+    None picks the fastest transform for the shape), other strides as ``conv1d``.
+    """
 
     def __init__(self, p: Params, stride: int = 1, dilation: int = 1, pad: int | None = None,
-                 bias: bool = True) -> None:
+                 bias: bool = True, method: Method | None = "gemm") -> None:
         self.w = p("weight")
         self.b = p("bias") if bias else None
         k = self.w.shape[-1]
         self.stride = stride
         self.dilation = dilation
         self.pad = dilation * (k - 1) // 2 if pad is None else pad
+        self.prepared = PreparedConv1d(self.w, self.b, self.pad, dilation, method) if stride == 1 else None
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self.prepared is not None:
+            return self.prepared(x)
         return conv1d(x, self.w, self.b, stride=self.stride, pad=self.pad, dilation=self.dilation)
 
 
@@ -120,10 +128,10 @@ class AdaINResBlock1:
             (
                 Linear(p.sub(f"adain1.{j}.fc")),
                 p(f"alpha1.{j}").reshape(-1),
-                Conv1d(p.sub(f"convs1.{j}"), dilation=int(d)),
+                Conv1d(p.sub(f"convs1.{j}"), dilation=int(d), method=None),
                 Linear(p.sub(f"adain2.{j}.fc")),
                 p(f"alpha2.{j}").reshape(-1),
-                Conv1d(p.sub(f"convs2.{j}")),
+                Conv1d(p.sub(f"convs2.{j}"), method=None),
             )
             for j, d in enumerate(dilations)
         ]

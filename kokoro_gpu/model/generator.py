@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from concurrent.futures import Future
+from functools import partial
 
 import numpy as np
 
@@ -15,6 +17,7 @@ from ..ops import (
     reflection_pad,
     stft_mag_phase,
 )
+from ..ops.parallel import run_parallel, spawn
 from .blocks import AdaINResBlock1, Conv1d, FloatType, Params, Weights, record
 
 # The source branch's residual blocks have fixed dilations in the official
@@ -44,16 +47,20 @@ class _Stage:
         n_k = len(ist["resblock_kernel_sizes"])
         self.resblocks = [AdaINResBlock1(p.sub(f"resblocks.{i * n_k + j}"), dilations[j]) for j in range(n_k)]
 
-    def __call__(self, x: np.ndarray, har: np.ndarray, s: np.ndarray) -> np.ndarray:
+    def source(self, har: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """The source branch: the harmonic STFT brought to this stage's rate, through its resblock."""
+        return self.noise_res(self.noise_conv(har), s)
+
+    def __call__(self, x: np.ndarray, x_source: Future[np.ndarray], s: np.ndarray) -> np.ndarray:
         x = leaky_relu(x, 0.1)
-        x_source = self.noise_res(self.noise_conv(har), s)
         x = conv_transpose1d(x, self.ups_w, self.ups_b, stride=self.rate, pad=self.ups_pad)
         if self.last:
             x = reflection_pad(x, 1, 0)
-        x = x + x_source
-        out = self.resblocks[0](x, s)
-        for block in self.resblocks[1:]:
-            out += block(x, s)
+        x += x_source.result()
+        outs = run_parallel([partial(block, x, s) for block in self.resblocks])
+        out = outs[0]
+        for o in outs[1:]:
+            out += o
         return out / x.dtype.type(len(self.resblocks))
 
 
@@ -84,8 +91,10 @@ class Generator:
         record(trace, "har_source", har_source)
         har = stft_mag_phase(har_source, self.n_fft, self.hop)
         record(trace, "har", har)
-        for stage in self.stages:
-            x = stage(x, har, s)
+        # The source branches depend only on the harmonics: they start at once, beside the stages.
+        sources = [spawn(partial(stage.source, har, s)) for stage in reversed(self.stages)][::-1]
+        for stage, x_source in zip(self.stages, sources, strict=True):
+            x = stage(x, x_source, s)
         # The final LeakyReLU uses PyTorch's default slope, not the stages' 0.1.
         x = self.conv_post(leaky_relu(x, 0.01))
         record(trace, "gen_post", x)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from ..config import MAX_FRAMES, ModelConfig
 from ..errors import InputError
 from ..ops import expand_frames, frame_token_index, linear
+from ..ops.parallel import spawn
 from .albert import Albert
 from .blocks import Params, Weights, record
 from .decoder import Decoder
@@ -65,6 +68,8 @@ class KModelCPU:
         sd = self.config.style_dim
         s_dec, s_pros = style[:sd], style[sd:]
 
+        # The text encoder depends only on the ids: it runs beside ALBERT and the predictor.
+        t_en_future = spawn(partial(self.text_encoder, ids))
         bert = self.bert(ids)
         record(trace, "bert", bert)
         d_en = linear(bert, *self.bert_encoder).T
@@ -89,7 +94,7 @@ class KModelCPU:
         record(trace, "F0", f0)
         record(trace, "N", n)
 
-        t_en = self.text_encoder(ids)
+        t_en = t_en_future.result()
         record(trace, "t_en", t_en)
         asr = expand_frames(t_en, frame_token)
         record(trace, "asr", asr)

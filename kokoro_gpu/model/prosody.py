@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from ..config import ModelConfig
 from ..ops import ada_layer_norm, durations_float, durations_from_logits, lstm_bidirectional, pack_lstm
+from ..ops.parallel import run_parallel
 from .blocks import AdainResBlk1d, Conv1d, FloatType, Linear, Params, Weights
 
 
@@ -50,10 +53,12 @@ class ProsodyPredictor:
     def f0_n(self, en: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """en [C + style, F] -> (shared LSTM output [F, C], F0 [2F], N [2F])."""
         shared = lstm_bidirectional(en.T, *self.shared)
-        curves = []
-        for blocks, proj in self.stacks.values():
+
+        def curve(blocks: list[AdainResBlk1d], proj: Conv1d) -> np.ndarray:
             x = shared.T
             for block in blocks:
                 x = block(x, s)
-            curves.append(proj(x)[0])
-        return shared, curves[0], curves[1]
+            return proj(x)[0]
+
+        f0, n = run_parallel([partial(curve, *stack) for stack in self.stacks.values()])
+        return shared, f0, n
