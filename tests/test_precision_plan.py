@@ -1,4 +1,4 @@
-"""The native engine's precision plan (native/model/precision_plan.cpp), on the host: no GPU needed.
+"""The native engine's precision plan (native/engine/precision_plan.cpp), on the host: no GPU needed.
 
 The plan is host-only C++; this test compiles it with the system C++ compiler into a small tool
 (native/tools/print_precision_plan.cpp) and checks that
@@ -40,7 +40,7 @@ def plan_tool(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "-I",
             str(ROOT / "native/include"),
             str(ROOT / "native/tools/print_precision_plan.cpp"),
-            str(ROOT / "native/model/precision_plan.cpp"),
+            str(ROOT / "native/engine/precision_plan.cpp"),
             "-o",
             str(tool),
         ],

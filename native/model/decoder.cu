@@ -23,31 +23,31 @@ constexpr int kAsrResChannels = 64;
 constexpr int kDecodeBlocks = 4;
 }  // namespace
 
-void adain_res_blk1d(const Context& ctx, const Context& lane, const std::string& prefix,
+void adain_res_blk1d(const Context& ctx, const Context& shortcut_ctx, const std::string& prefix,
                      const float* x, int c_in, int c_out, int T, bool upsample, float* out) {
     const int t_out = upsample ? 2 * T : T;
 
     // Shortcut: [nearest x2] -> [1x1 conv when the channel count changes], on
-    // the lane: it needs x alone, so it runs beside the residual path. The
+    // the shortcut_ctx: it needs x alone, so it runs beside the residual path. The
     // two commute (an upsampled column is a copy), so an fp32 1x1 conv runs
     // first, on half the columns; the tensor-core conv's output is FP16, so it
     // runs on the upsampled x.
-    const bool apart = &lane != &ctx && (upsample || c_in != c_out);
-    if (apart) lane.wait_for(ctx);  // x
+    const bool apart = &shortcut_ctx != &ctx && (upsample || c_in != c_out);
+    if (apart) shortcut_ctx.wait_for(ctx);  // x
     auto upsampled = [&](const float* src, int channels) -> const float* {
         if (!upsample) return src;
-        float* buffer = lane.floats("block.upsampled", int64_t(channels) * t_out);
-        ops::upsample_nearest(src, buffer, channels, T, 2, lane.stream);
+        float* buffer = shortcut_ctx.floats("block.upsampled", int64_t(channels) * t_out);
+        ops::upsample_nearest(src, buffer, channels, T, 2, shortcut_ctx.stream);
         return buffer;
     };
     ops::ConstFloatOrHalf shortcut = nullptr;
     const std::string conv1x1 = prefix + ".conv1x1";
-    if (c_in != c_out && tensor_core(lane.weights.plan(conv1x1 + ".weight").kernel)) {
-        shortcut = lane.conv1x1_half(conv1x1, upsampled(x, c_in), c_in, c_out, t_out,
+    if (c_in != c_out && tensor_core(shortcut_ctx.weights.plan(conv1x1 + ".weight").kernel)) {
+        shortcut = shortcut_ctx.conv1x1_half(conv1x1, upsampled(x, c_in), c_in, c_out, t_out,
                                      "block.shortcut_half");
     } else if (c_in != c_out) {
-        float* projected = lane.floats("block.shortcut", int64_t(c_out) * T);
-        lane.conv1d(conv1x1, x, projected, c_in, c_out, T, 1, 1, 0, 1, 1, false);
+        float* projected = shortcut_ctx.floats("block.shortcut", int64_t(c_out) * T);
+        shortcut_ctx.conv1d(conv1x1, x, projected, c_in, c_out, T, 1, 1, 0, 1, 1, false);
         shortcut = upsampled(projected, c_out);
     } else {
         shortcut = upsampled(x, c_in);
@@ -67,14 +67,14 @@ void adain_res_blk1d(const Context& ctx, const Context& lane, const std::string&
                                         prefix + ".conv1", 3, 1, nullptr, {}, "block.hidden");
     }
     // out = (residual + shortcut) / sqrt(2), all in the last conv's epilogue.
-    if (apart) ctx.wait_for(lane);
+    if (apart) ctx.wait_for(shortcut_ctx);
     const float inv_sqrt2 = static_cast<float>(1.0 / std::sqrt(2.0));
     ctx.adain_conv1d(hidden, out, c_out, c_out, t_out, prefix + ".norm2.fc",
                      ops::Activation::kLeakyRelu, kLeakySlope, nullptr, prefix + ".conv2", 3, 1,
                      shortcut, hidden_stats, nullptr, inv_sqrt2);
 }
 
-void decoder_forward(const Context& ctx, const Context& lane, const float* t_en,
+void decoder_forward(const Context& ctx, const Context& shortcut_ctx, const float* t_en,
                      const int32_t* frame_token, int T, int F, const float* f0, const float* n,
                      float* out) {
     const int hid = ctx.cfg.hidden_dim;
@@ -91,32 +91,32 @@ void decoder_forward(const Context& ctx, const Context& lane, const float* t_en,
     ctx.conv1d("decoder.N_conv", n, n_down, 1, 1, 2 * F, 3, 2, 1, 1, 1, true);
 
     // The side rows [asr_res; F0 down; N down] of both cat buffers, on the
-    // lane beside the encode block (whose shortcut queues after them there).
+    // shortcut_ctx beside the encode block (whose shortcut queues after them there).
     float* cat[2] = {ctx.floats("decoder.cat_a", int64_t(cat_rows) * F),
                      ctx.floats("decoder.cat_b", int64_t(cat_rows) * F)};
     float* side = cat[0] + int64_t(kEncodeChannels) * F;
-    lane.wait_for(ctx);  // encode_in
-    lane.conv1d("decoder.asr_res.0", encode_in, side, hid, kAsrResChannels, F, 1, 1, 0, 1, 1,
-                true);
+    shortcut_ctx.wait_for(ctx);  // encode_in
+    shortcut_ctx.conv1d("decoder.asr_res.0", encode_in, side, hid, kAsrResChannels, F, 1, 1, 0, 1,
+                        1, true);
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(side + int64_t(kAsrResChannels) * F, f0_down,
                                       2 * sizeof(float) * F, cudaMemcpyDeviceToDevice,
-                                      lane.stream));
+                                      shortcut_ctx.stream));
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(cat[1] + int64_t(kEncodeChannels) * F, side,
                                       sizeof(float) * side_rows * F, cudaMemcpyDeviceToDevice,
-                                      lane.stream));
-    adain_res_blk1d(ctx, lane, "decoder.encode", encode_in, hid + 2, kEncodeChannels, F, false,
-                    cat[0]);
+                                      shortcut_ctx.stream));
+    adain_res_blk1d(ctx, shortcut_ctx, "decoder.encode", encode_in, hid + 2, kEncodeChannels, F,
+                    false, cat[0]);
 
     // Only the last decode block upsamples (to the generator's input width).
     for (int i = 0; i < kDecodeBlocks; ++i) {
         const std::string prefix = "decoder.decode." + std::to_string(i);
         const float* in = cat[i % 2];
         if (i + 1 < kDecodeBlocks) {
-            adain_res_blk1d(ctx, lane, prefix, in, cat_rows, kEncodeChannels, F, false,
+            adain_res_blk1d(ctx, shortcut_ctx, prefix, in, cat_rows, kEncodeChannels, F, false,
                             cat[(i + 1) % 2]);
         } else {
-            adain_res_blk1d(ctx, lane, prefix, in, cat_rows, ctx.cfg.upsample_initial_channel, F,
-                            true, out);
+            adain_res_blk1d(ctx, shortcut_ctx, prefix, in, cat_rows,
+                            ctx.cfg.upsample_initial_channel, F, true, out);
         }
     }
     ctx.record("dec_out", out, {ctx.cfg.upsample_initial_channel, 2 * F});

@@ -9,7 +9,7 @@
 // stream), concurrently with the decoder and the earlier stages' main path,
 // which waits for a stage's branch just before its upsampler, whose
 // tensor-core pass adds the branch as its residual (fp32 runs its last
-// branch on the main path: see generator_forward). The LeakyReLUs ride on
+// branch on the main path: the lane's GeneratorSchedule). The LeakyReLUs ride on
 // the half rows of the convs after them. Stage buffers come from the
 // workspace, each slot reused for everything whose lifetime does not
 // overlap; the branch outputs are one slot per stage, and the largest
@@ -34,19 +34,6 @@ constexpr float kPostSlope = 0.01f;  // F.leaky_relu's default, not the stages' 
 constexpr int kNoiseResKernel = 7;
 constexpr int kLastNoiseResKernel = 11;
 constexpr int kPostKernel = 7;
-// In precision "fast" a stage's residual blocks run concurrently, one per
-// stream, so that three independent chains fill each other's waves and
-// tails, and overlap the k3 block's memory-bound convs with the k11
-// block's compute-bound ones: the last stage at every length, earlier
-// stages of at most kConcurrentResblockValues values ([C, T]; stage 0 up
-// to ~490 frames). Larger earlier stages share the GPU with the next
-// stage's source branch, which fills their tails already (long's stage 0
-// gained nothing), and their extra slots would grow the engine's memory.
-// Each concurrent block costs a hidden and a half-rows slot of the stage's
-// size; block 1 at the last stage takes the side stream's (its branches are
-// done by then). fp32 stays sequential: its split half rows would take the
-// long case past PyTorch's memory.
-constexpr int64_t kConcurrentResblockValues = int64_t(256) * 9800;
 
 // AdaINResBlock1 `prefix` on ctx's stream: out = block(x) on [C, T]; out
 // may equal x. Three times: AdaIN + Snake, dilated conv, AdaIN + Snake,
@@ -236,9 +223,19 @@ StridedConvs generator_strided_convs(const ModelConfig& cfg) {
     return convs;
 }
 
-void generator_forward(const Context& ctx, const Context& side,
-                       const Context (&resblocks)[kResblockStreams], ops::Stft& stft,
+std::vector<int64_t> generator_stage_values(const ModelConfig& cfg, int F) {
+    std::vector<int64_t> values;
+    for (size_t i = 0; i < cfg.upsample_rates.size(); ++i) {
+        const Stage s = stage_shape(cfg, int(i), F);
+        values.push_back(int64_t(s.c_out) * s.t_out);
+    }
+    return values;
+}
+
+void generator_forward(const Context& ctx, const GeneratorSchedule& schedule, ops::Stft& stft,
                        const float* x, const float* har, int F, float* audio) {
+    const Context& side = schedule.side;
+    const Context(&resblocks)[kResblockStreams] = schedule.resblocks;
     const ModelConfig& cfg = ctx.cfg;
     const std::string g = "decoder.generator";
     const int spec_rows = cfg.n_fft + 2;
@@ -246,12 +243,7 @@ void generator_forward(const Context& ctx, const Context& side,
 
     const int n_stages = static_cast<int>(cfg.upsample_rates.size());
     const int n_kernels = static_cast<int>(cfg.resblock_kernel_sizes.size());
-    // Stage i's source branch runs on the side stream, except in fp32 the
-    // last stage's: its split half rows (hi + lo, as large as fp32) and its
-    // hidden buffer there would add two of the largest slots ([128, 120 F]),
-    // and the GPU is busy with the previous stage's convs by then (little to
-    // overlap). Rounded half rows (fast) are half that size.
-    auto on_side = [&](int i) { return ctx.fast || i == 0; };
+    auto on_side = [&](int i) { return schedule.branch_on_side[size_t(i)]; };
     float* side_source = source_branch(side, har, 0, F);
     ops::ScaledSum stage_x = x;
     Stage s{};
@@ -301,8 +293,7 @@ void generator_forward(const Context& ctx, const Context& side,
         if (ctx.fast && n_kernels > 3) {
             throw std::logic_error("generator: the stage mean takes at most three FP16 terms");
         }
-        const bool concurrent = ctx.fast && n_kernels <= kResblockStreams + 1 &&
-                                (last || n <= kConcurrentResblockValues);
+        const bool concurrent = schedule.concurrent_blocks[size_t(i)];
         std::vector<ops::FloatOrHalf> outs;
         for (int j = 0; j < n_kernels; ++j) {
             if (ctx.fast) {
@@ -320,11 +311,11 @@ void generator_forward(const Context& ctx, const Context& side,
             const std::string block = g + ".resblocks." + std::to_string(i * n_kernels + j);
             // The source branches are done at the last stage (ctx waited for
             // them): block 1 takes the side stream's slots there.
-            const Context lane = !concurrent || j == 0 ? ctx
+            const Context block_ctx = !concurrent || j == 0 ? ctx
                                  : last && j == 1      ? resblocks[0].with_slots_of(side)
                                                        : resblocks[j - 1];
-            if (concurrent && j > 0) lane.wait_for(ctx);  // stage_in
-            blocks.emplace_back(lane.with_conv_streams(concurrent ? n_kernels : 1), block,
+            if (concurrent && j > 0) block_ctx.wait_for(ctx);  // stage_in
+            blocks.emplace_back(block_ctx.with_conv_streams(concurrent ? n_kernels : 1), block,
                                 stage_in, outs[size_t(j)], s.c_out, s.t_out,
                                 cfg.resblock_kernel_sizes[j], cfg.resblock_dilation_sizes[j],
                                 in_stats);

@@ -75,8 +75,8 @@ void shared_lstm_forward(const Context& ctx, const UtteranceRows& frames, const 
     ctx.with_utterance_rows(frames).lstm("predictor.shared", en_rows, shared_rows, frames.rows());
 }
 
-void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_lane,
-                 const Context& n_lane, const float* shared_rows, int F, float* f0, float* n) {
+void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_shortcuts,
+                 const Context& n_shortcuts, const float* shared_rows, int F, float* f0, float* n) {
     const int hid = ctx.cfg.hidden_dim;
     const int half = hid / 2;
 
@@ -87,19 +87,19 @@ void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_lan
     n_ctx.wait_for(ctx);
     const struct {
         const Context& ctx;
-        const Context& lane;
+        const Context& shortcuts;
         const char* name;
         float* out;
-    } stacks[] = {{ctx, f0_lane, "F0", f0}, {n_ctx, n_lane, "N", n}};
+    } stacks[] = {{ctx, f0_shortcuts, "F0", f0}, {n_ctx, n_shortcuts, "N", n}};
     for (const auto& stack : stacks) {
         const Context& sc = stack.ctx;
         const std::string p = std::string("predictor.") + stack.name;
         float* a = sc.floats("prosody.stack_a", int64_t(hid) * F);
         float* b = sc.floats("prosody.stack_b", int64_t(half) * 2 * F);
         float* c = sc.floats("prosody.stack_c", int64_t(half) * 2 * F);
-        adain_res_blk1d(sc, stack.lane, p + ".0", shared, hid, hid, F, false, a);
-        adain_res_blk1d(sc, stack.lane, p + ".1", a, hid, half, F, true, b);
-        adain_res_blk1d(sc, stack.lane, p + ".2", b, half, half, 2 * F, false, c);
+        adain_res_blk1d(sc, stack.shortcuts, p + ".0", shared, hid, hid, F, false, a);
+        adain_res_blk1d(sc, stack.shortcuts, p + ".1", a, hid, half, F, true, b);
+        adain_res_blk1d(sc, stack.shortcuts, p + ".2", b, half, half, 2 * F, false, c);
         sc.conv1d(p + "_proj", c, stack.out, half, 1, 2 * F, 1, 1, 0, 1, 1, true);
     }
     ctx.wait_for(n_ctx);

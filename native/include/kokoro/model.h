@@ -1,528 +1,19 @@
 // The Kokoro-82M model parts of the native engine, composed from the ops of
-// ops.h, and the infrastructure they share:
-// - ModelConfig: the dimensions read from config.json;
-// - DeviceWeights: every folded weight uploaded once into one device arena,
-//   with LSTM parameters stacked per direction (biases folded), all
-//   style projections fc(s) of one style half concatenated into one matrix,
-//   so a forward pass computes every AdaIN/AdaLayerNorm style in one GEMV,
-//   and each attention's query, key, value linears stacked into the one
-//   linear "<attention>.qkv" (weight [3 * hidden, in], bias [3 * hidden]);
-//   each weight in the form the precision plan gives it (precision_plan.h:
-//   the tensor-core convs' as FP16 only, the split linears' as split FP16
-//   only);
-// - Workspace: named device scratch buffers, allocated on first use and
-//   reused across calls, grown only when a longer input needs more (the old
-//   buffer is retired, freed once the owner's streams have drained, and the
-//   workspace generation moves on: graphs captured before point at it);
-// - Trace: host copies of the intermediates of docs/DESIGN.md, taken only
-//   when the caller asks for them;
-// - Context: what every model part needs (config, weights, workspace,
-//   cuBLAS handle, stream, style vectors, optional trace, precision). Two
-//   contexts on two streams may run model parts concurrently: each names its
-//   workspace slots with its own tag, and wait_for() orders them by events.
-// Model parts mirror the official modules (kokoro/modules.py, istftnet.py):
+// ops.h through a Context (context.h). They mirror the official modules
+// (kokoro/modules.py, istftnet.py) and the CPU backend's kokoro_gpu/model:
 // albert.cu, prosody.cu, text_encoder.cu, decoder.cu (also the shared
-// AdainResBlk1d), generator.cu; engine.cu runs them in order.
+// AdainResBlk1d), generator.cu; native/engine/lane.cu runs them in order
+// and chooses their streams.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
-#include <map>
-#include <memory>
-#include <set>
-#include <stdexcept>
 #include <string>
-#include <unordered_map>
-#include <utility>
 #include <vector>
 
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
-
+#include "kokoro/context.h"
 #include "kokoro/ops.h"
-#include "kokoro/precision_plan.h"
 
 namespace kokoro {
-
-// Dimensions of the model, from config.json (names as there).
-struct ModelConfig {
-    int n_token = 0;
-    int hidden_dim = 0;  // 512
-    int style_dim = 0;   // 128
-    int n_layer = 0;     // duration encoder and text encoder depth
-    int max_dur = 0;     // duration head width
-    int text_encoder_kernel_size = 0;
-    int bert_embedding = 128;  // ALBERT's default embedding size
-    int bert_hidden = 0;
-    int bert_heads = 0;
-    int bert_intermediate = 0;
-    int bert_layers = 0;
-    int bert_positions = 0;  // context length
-    int upsample_initial_channel = 0;
-    std::vector<int> upsample_rates;
-    std::vector<int> upsample_kernel_sizes;
-    std::vector<int> resblock_kernel_sizes;
-    std::vector<std::vector<int>> resblock_dilation_sizes;
-    int n_fft = 0;
-    int hop = 0;
-
-    // Samples of audio per F0 sample (the generator's total upsampling).
-    int source_upsampling() const;
-};
-
-// A conv1d of stride > 1 (generator_strided_convs), which precision "fast"
-// runs polyphase on the tensor cores (ops::conv1d_strided_half_rows).
-struct StridedConv {
-    int stride, pad;
-};
-using StridedConvs = std::unordered_map<std::string, StridedConv>;  // by weight name
-
-// A weight the model needs is missing or has the wrong size.
-class WeightsError : public std::runtime_error {
-public:
-    using std::runtime_error::runtime_error;
-};
-
-// A host tensor lent by the caller for the duration of the upload.
-struct HostTensor {
-    const float* data = nullptr;
-    std::vector<int64_t> shape;
-    int64_t numel() const;
-};
-using HostWeights = std::unordered_map<std::string, HostTensor>;
-
-// The two halves of ref_s: [0, style_dim) styles the decoder, the rest the
-// prosody predictor. Style projections are grouped by the half they read.
-enum class StyleHalf { kDecoder = 0, kProsody = 1 };
-
-// The ops' form of a tensor-core weight's plan operands.
-inline ops::HalfOperands half_operands(Operands operands) {
-    return operands == Operands::kSplit ? ops::HalfOperands::kSplit : ops::HalfOperands::kRounded;
-}
-
-// Frees device memory owned by a std::unique_ptr.
-struct DeviceFree {
-    void operator()(void* ptr) const noexcept;
-};
-
-class DeviceWeights {
-public:
-    // Every weight is stored as the precision plan says (plan_weight): a
-    // tensor-core conv's as FP16 alone, in its operand form (a strided
-    // conv's in its polyphase form, ops::conv_weight_to_polyphase_half_rows,
-    // from `strided`), a split linear's as split FP16 alone, the others as
-    // fp32.
-    DeviceWeights(const HostWeights& host, int style_dim, Precision precision,
-                  const StridedConvs& strided);
-    DeviceWeights(const DeviceWeights&) = delete;
-    DeviceWeights& operator=(const DeviceWeights&) = delete;
-
-    // The plan that weight `name` was uploaded by (the layers take their
-    // path from it); kFloat for a name the weights lack (get() then says so).
-    WeightPlan plan(const std::string& name) const {
-        const auto it = plans_.find(name);
-        return it == plans_.end() ? WeightPlan{} : it->second;
-    }
-
-    // A weight by folded name, checked to hold `numel` values. An
-    // attention's "<p>.query/key/value.weight/bias" exist only stacked, as
-    // "<p>.qkv.weight" and "<p>.qkv.bias" (rows: query, key, value).
-    const float* get(const std::string& name, int64_t numel) const;
-    // The tensor-core copy of a conv weight (ops::conv_weight_to_half_rows).
-    struct HalfConv {
-        const __half* w;
-        float scale;  // the conv's w_scale
-        ops::HalfOperands form;
-    };
-    // The tensor-core copy of conv weight `name`, checked to hold `numel`
-    // values per FP16 part.
-    HalfConv get_half(const std::string& name, int64_t numel) const;
-    // A split linear's copy: ALBERT's encoder linears, bert_encoder and every
-    // LSTM's input projection (both directions stacked, as
-    // "<prefix>.weight_ih") where the plan says so.
-    struct SplitLinear {
-        const __half* w;  // [2, out, ops::split_pitch(in)]: hi, lo
-        float scale;      // the GEMM's w_scale
-    };
-    // The split copy of linear weight `name` (an attention's stacked
-    // "<p>.qkv.weight" too), checked to be [out, in].
-    SplitLinear get_split_linear(const std::string& name, int out, int in) const;
-
-    struct Lstm {
-        const float* w_ih;  // [2, 4H, In]; null where kept as split FP16 only
-        const float* w_hh;  // [2, 4H, H]
-        const float* b;     // [2, 4H], b_ih + b_hh
-        int in;
-        int hidden;
-    };
-    // The LSTM named `prefix` (e.g. "predictor.shared"), stacked at upload.
-    Lstm lstm(const std::string& prefix) const;
-
-    // Concatenated style projections of one half: weight [rows, style_dim],
-    // bias [rows]; style_slot() locates fc `prefix` in their output.
-    struct StyleBank {
-        const float* weight = nullptr;
-        const float* bias = nullptr;
-        int rows = 0;
-    };
-    const StyleBank& style_bank(StyleHalf half) const { return banks_[static_cast<int>(half)]; }
-    struct StyleSlot {
-        StyleHalf half;
-        int offset;
-        int size;
-    };
-    const StyleSlot& style_slot(const std::string& fc_prefix) const;
-
-    size_t bytes() const { return bytes_; }
-
-private:
-    struct Entry {
-        const float* ptr;
-        int64_t numel;
-    };
-    struct HalfEntry {
-        const __half* ptr;
-        int64_t numel;  // per part
-        float scale;
-        ops::HalfOperands form;
-    };
-    std::unique_ptr<float, DeviceFree> arena_;
-    std::unique_ptr<__half, DeviceFree> half_arena_;
-    size_t bytes_ = 0;
-    std::unordered_map<std::string, Entry> entries_;
-    std::unordered_map<std::string, HalfEntry> half_entries_;
-    std::unordered_map<std::string, WeightPlan> plans_;
-    std::unordered_map<std::string, HalfEntry> split_entries_;  // numel: both parts'
-    std::unordered_map<std::string, Lstm> lstms_;
-    std::unordered_map<std::string, StyleSlot> style_slots_;
-    StyleBank banks_[2];
-};
-
-class Workspace {
-public:
-    Workspace() = default;
-    ~Workspace();  // the owner drains its streams first
-    Workspace(const Workspace&) = delete;
-    Workspace& operator=(const Workspace&) = delete;
-
-    // The buffer named `slot`, holding at least `count` elements. It stays
-    // valid until the next request of the same slot with a larger count.
-    float* floats(const std::string& slot, int64_t count) { return typed<float>(slot, count); }
-    int32_t* ints(const std::string& slot, int64_t count) { return typed<int32_t>(slot, count); }
-    double* doubles(const std::string& slot, int64_t count) { return typed<double>(slot, count); }
-    uint64_t* words(const std::string& slot, int64_t count) { return typed<uint64_t>(slot, count); }
-    __half* halves(const std::string& slot, int64_t count) { return typed<__half>(slot, count); }
-    size_t bytes() const;
-    // Moves on whenever a buffer is replaced by a larger one: work captured
-    // at an older generation may point at retired memory.
-    uint64_t generation() const { return generation_; }
-    // Frees the retired buffers; only when no enqueued work can still use them.
-    void release_retired();
-
-private:
-    void* get(const std::string& slot, size_t bytes);
-    // At least one element, so that an empty request still gets a valid pointer.
-    template <typename T>
-    T* typed(const std::string& slot, int64_t count) {
-        return static_cast<T*>(get(slot, sizeof(T) * static_cast<size_t>(count > 1 ? count : 1)));
-    }
-    struct Buffer {
-        void* ptr = nullptr;
-        size_t bytes = 0;
-    };
-    std::unordered_map<std::string, Buffer> buffers_;
-    std::vector<void*> retired_;
-    uint64_t generation_ = 0;
-};
-
-// Timing events at the boundaries of the model's phases, by name: the
-// benchmark's wall-clock breakdown of a forward pass. Under stream capture
-// record() adds an external event record node (cudaEventRecordExternal), so
-// a replayed graph records its marks too; events are created on a name's
-// first record.
-class PhaseMarks {
-public:
-    PhaseMarks() = default;
-    ~PhaseMarks();
-    PhaseMarks(const PhaseMarks&) = delete;
-    PhaseMarks& operator=(const PhaseMarks&) = delete;
-    void record(const std::string& name, cudaStream_t stream);
-    // (name, ms since the mark `start`) of every mark, in time order; the
-    // streams that recorded them must have drained.
-    std::vector<std::pair<std::string, float>> since(const std::string& start) const;
-
-private:
-    std::map<std::string, cudaEvent_t> events_;
-};
-
-// Host copies of intermediates, by docs/DESIGN.md trace key.
-struct Trace {
-    struct Array {
-        std::vector<int64_t> shape;
-        std::vector<float> values;
-    };
-    std::map<std::string, Array> floats;
-    std::map<std::string, std::vector<int64_t>> ints;
-};
-
-// The split linears' shapes (in, out) that stacked rows have met (a
-// lane's: UtteranceRows).
-using SplitShapes = std::set<std::pair<int, int>>;
-
-// The rows a layer runs on, tokens or frames: one utterance's T, or several
-// utterances' stacked (a batch's group: utterance i at rows offset(i) ..
-// offset(i) + length(i) - 1). Row-wise ops take a stack as more rows. Its
-// device tables (workspace slots "<slots>.*", uploaded on the given stream,
-// or a shape's on the stream of the op that first reads it: row_chunks)
-// give each row its position within its utterance and, per linear shape,
-// the split plan a call on its utterance alone would take (ops::
-// linear_split_half's row_chunks): every row then has the bits of that
-// call. The tables of every shape in `shapes` are uploaded when the rows
-// are made, and a shape met later joins it: the uploads cannot go into a
-// graph capture, which therefore needs a pass over the same shapes before
-// it (Lane::run_phase's first sight of a key runs uncaptured).
-class UtteranceRows {
-public:
-    explicit UtteranceRows(int T) : lengths_{T}, offsets_{0}, rows_(T) {}
-    // `slots`: the workspace slots' prefix (a lane's token and frame rows
-    // keep their tables apart).
-    UtteranceRows(std::vector<int> lengths, Workspace& ws, cudaStream_t stream,
-                  SplitShapes& shapes, const std::string& slots = "tokens");
-    int rows() const { return rows_; }
-    int count() const { return int(lengths_.size()); }
-    int length(int i) const { return lengths_[i]; }
-    const std::vector<int>& lengths() const { return lengths_; }
-    int longest() const { return *std::max_element(lengths_.begin(), lengths_.end()); }
-    int offset(int i) const { return offsets_[i]; }
-    bool stacked() const { return lengths_.size() > 1; }
-    // Device [rows]: each row's position in its utterance (null: one utterance).
-    const int32_t* positions() const { return positions_; }
-    // Device [rows]: each row's reduction chunks per split for a split linear
-    // in -> out (null: one utterance, the linear plans its own). A shape met
-    // here first is uploaded on `stream`, that of the op that reads it (a
-    // shape's linears all run on one stream; the text encoder's LSTM runs on
-    // the side stream: uploaded on the main stream, its table could land
-    // after the side stream's GEMM read it).
-    const int32_t* row_chunks(int in, int out, cudaStream_t stream) const;
-
-private:
-    std::vector<int> lengths_, offsets_;
-    int rows_ = 0;
-    Workspace* ws_ = nullptr;
-    SplitShapes* shapes_ = nullptr;
-    std::string slots_;
-    const int32_t* positions_ = nullptr;
-    mutable std::map<std::pair<int, int>, const int32_t*> row_chunks_;
-};
-
-// One utterance's style on the device: ref_s's prosody half s
-// [style_dim] and the style projections of each bank (Context::style_out).
-struct UtteranceStyle {
-    const float* s;
-    float* projections[2];
-};
-
-struct Context {
-    const ModelConfig& cfg;
-    const DeviceWeights& weights;
-    Workspace& ws;
-    cublasHandle_t blas;        // bound to `stream`, used by this context alone (null: none)
-    cudaStream_t stream;
-    cudaEvent_t event;          // marks this context's progress for wait_for()
-    const float* style_out[2];  // fc(s) results of each style bank, on the device
-    Trace* trace;               // null unless intermediates were asked for
-    bool fast;                  // TF32 GEMMs (precision "fast"; the conv forms follow the weights)
-    const char* tag;            // suffix of this context's workspace slot names
-    PhaseMarks* marks;          // null unless phase timing is on
-    int conv_streams = 1;       // tensor-core convs running at once (their plans share the GPU)
-    // Stacked utterances' rows (the split linears' plans; null: none).
-    const UtteranceRows* utterance_rows = nullptr;
-
-    // The workspace buffer `slot` of this context (its tag appended).
-    float* floats(const std::string& slot, int64_t count) const { return ws.floats(slot + tag, count); }
-    __half* halves(const std::string& slot, int64_t count) const { return ws.halves(slot + tag, count); }
-    // The partial-statistics scratch of an AdaIN on [C, T] (ops::adain_scratch_doubles).
-    double* adain_partials(int C, int T) const {
-        return ws.doubles(std::string("ops.adain_partials") + tag, ops::adain_scratch_doubles(C, T));
-    }
-    // Work enqueued on this context from now on waits for everything
-    // enqueued on `other` so far (an event; also a graph-capture edge).
-    void wait_for(const Context& other) const;
-    // The same context in precision "fast" (true) or fp32 (false).
-    Context with_fast(bool f) const {
-        Context c = *this;
-        c.fast = f;
-        return c;
-    }
-    Context with_conv_streams(int n) const {
-        Context c = *this;
-        c.conv_streams = n;
-        return c;
-    }
-    // The same context whose split linears run on the rows of `t` (which
-    // must outlive it): each of t's rows gets its utterance's split plan.
-    Context with_utterance_rows(const UtteranceRows& t) const {
-        Context c = *this;
-        c.utterance_rows = &t;
-        return c;
-    }
-    // The same with `style`'s projections (Context::style).
-    Context with_style(const UtteranceStyle& style) const {
-        Context c = *this;
-        c.style_out[0] = style.projections[0];
-        c.style_out[1] = style.projections[1];
-        return c;
-    }
-    // The same stream with `other`'s workspace slots: only where other's
-    // work is done and ordered before everything enqueued here.
-    Context with_slots_of(const Context& other) const {
-        Context c = *this;
-        c.tag = other.tag;
-        return c;
-    }
-    ops::GemmMath gemm_math() const { return fast ? ops::GemmMath::kTf32 : ops::GemmMath::kFp32; }
-    const float* w(const std::string& name, int64_t numel) const {
-        return weights.get(name, numel);
-    }
-    // gamma/beta [2C] of the style projection `fc_prefix`, checked to be 2C wide.
-    const float* style(const std::string& fc_prefix, int channels) const;
-    // A phase-timing mark `name` on this context's stream; no-op unless timing is on.
-    void mark(const std::string& name) const {
-        if (marks != nullptr) marks->record(name, stream);
-    }
-    // Copies a device tensor to the trace (waits for the stream); no-op without a trace.
-    void record(const char* key, const float* device, std::vector<int64_t> shape) const;
-
-    // The layers below look up `prefix.weight` (and `prefix.bias` when `bias`)
-    // and take their scratch from the workspace.
-    // Conv1d x [c_in, t_in] -> y [c_out, t_out]; y = conv(act(x)) + residual
-    // if given, act = LeakyReLU(leaky_slope) (1: none). Convs with a
-    // tensor-core plan (precision_plan.h; a strided conv's polyphase one
-    // too) run on the FP16 tensor-core kernel (x converted to half
-    // rows first, in the weight's form, act on the way); the others in fp32,
-    // or TF32 GEMMs where `fast`.
-    // x may be a ScaledSum of several tensors where the conv has a
-    // tensor-core weight. y_stats_slot (may be null): as adain_conv1d's;
-    // returns y's partials where the conv writes them (ops::conv1d_stats_parts).
-    ops::ChannelPartials conv1d(const std::string& prefix, ops::ScaledSum x, float* y, int c_in,
-                                int c_out, int t_in, int kernel, int stride, int pad,
-                                int dilation, int groups, bool bias,
-                                const float* residual = nullptr, float leaky_slope = 1.f,
-                                const char* y_stats_slot = nullptr) const;
-    // AdaIN1d + activation (style `fc_prefix`, `alpha` only for Snake) on x
-    // [c_in, T], then the dense stride-1 conv `conv_prefix` (with bias, same
-    // length): y = conv(act(adain(x))) (+ residual). For a tensor-core conv
-    // the activation is written straight as FP16 half rows; otherwise through
-    // an fp32 buffer. y may equal residual, not x. x_stats: x's statistics
-    // partials, as the conv that wrote x returned them (none: AdaIN computes
-    // them). y_stats_slot (may be null): a workspace slot for y's partials,
-    // for the AdaIN that reads y next; returns them, or none where the conv
-    // cannot write them (ops::conv1d_half_rows_stats_parts). A slot's
-    // partials live until the next call that names it. out_scale: y = (conv
-    // + residual) * out_scale (tensor-core convs only). x, y and residual
-    // may be FP16 (ops::FloatOrHalf; tensor-core convs only): an FP16 x
-    // needs x_stats. An FP16 y without a residual (a hidden that only the
-    // next AdaIN reads) needs y_stats_slot and leaves out the conv's bias
-    // (that AdaIN removes each channel's mean, bias included; the values
-    // stay nearer zero, where FP16's steps are finer); with one (a residual
-    // stream, a block's output) it keeps it. An FP16 x goes to the conv raw where
-    // its kernel takes one (ops::HalfInput: the conv applies the AdaIN + Snake
-    // as it loads its windows, the same operands without the pass).
-    ops::ChannelPartials adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOrHalf y, int c_in,
-                                      int c_out, int T,
-                                      const std::string& fc_prefix, ops::Activation act,
-                                      float slope, const float* alpha,
-                                      const std::string& conv_prefix, int kernel, int dilation,
-                                      ops::ConstFloatOrHalf residual = nullptr,
-                                      ops::ChannelPartials x_stats = {},
-                                      const char* y_stats_slot = nullptr,
-                                      float out_scale = 1.f) const;
-    // The tensor-core conv with weight `w` on half rows [t_in, ld] in w's
-    // form (or a raw input); y_stats_slot and out_scale as adain_conv1d's.
-    ops::ChannelPartials conv1d_half_rows(const DeviceWeights::HalfConv& w, ops::HalfInput x,
-                                          ops::FloatOrHalf y, int c_in, int c_out, int t_in,
-                                          int kernel, int pad, int dilation, const float* b,
-                                          ops::ConstFloatOrHalf residual,
-                                          const char* y_stats_slot = nullptr,
-                                          float out_scale = 1.f) const;
-    // An AdainResBlk1d's learned upsampler (`pool_prefix`: depthwise
-    // ConvTranspose1d k3, stride 2, pad 1, output pad 1) of x [c, t_in], then
-    // the conv `conv_prefix` (k3, pad 1, bias) into y [c_out, 2 t_in]: with a
-    // tensor-core conv the upsampler writes its half rows itself
-    // (ops::conv_transpose1d_depthwise_half_rows), else through an fp32 buffer.
-    void pool_conv1d(const std::string& pool_prefix, const std::string& conv_prefix,
-                     const float* x, float* y, int c, int c_out, int t_in) const;
-    // The pointwise conv `prefix` (no bias) of x [c_in, t] on its FP16 weight
-    // (the precision plan's 1x1 block shortcuts): y [c_out, t] FP16 channels-first in the
-    // workspace slot `y_slot`, on the tensor-core conv (K = 1).
-    const __half* conv1x1_half(const std::string& prefix, const float* x, int c_in, int c_out,
-                               int t, const char* y_slot) const;
-    // x itself for leaky_slope 1, else LeakyReLU(leaky_slope) of its n values
-    // (workspace slot "ops.activated").
-    const float* leaky_relu_of(const float* x, int64_t n, float leaky_slope) const;
-    // A conv's output statistics partials in the workspace slot named by
-    // `slot`, c channels of `parts` (what the conv's *_stats_parts says); none
-    // for a null slot or parts 0.
-    ops::ChannelPartials conv_stats(const char* slot, int c, int parts) const;
-    // An op's scratch of n floats (workspace slot "ops.scratch"); null for 0.
-    float* op_scratch(int64_t n) const { return n > 0 ? floats("ops.scratch", n) : nullptr; }
-    // Workspace half rows for [c, t] in `form`.
-    __half* half_rows(int c, int t, ops::HalfOperands form) const {
-        return halves("ops.half_rows", int64_t(ops::half_parts(form)) * t * ops::half_rows_pitch(c));
-    }
-    // ConvTranspose1d with bias, x [c_in, t_in] -> y [c_out, reflect_left +
-    // t_out]: y = pad(conv_transpose(act(x)) + b) + residual, act =
-    // LeakyReLU(leaky_slope) (1: none), pad the reflection pad (reflect_left,
-    // 0); residual (may be null) has y's shape and may equal y. A
-    // tensor-core plan (the generator's upsamplers) runs polyphase on
-    // the tensor-core kernel, all of it in one pass after the half rows
-    // (y_stats_slot as adain_conv1d's; x may be a ScaledSum, y FP16 with an
-    // fp32 residual); the others (the decoder's depthwise pool) as
-    // ops::conv_transpose1d, fp32, without pad or residual.
-    ops::ChannelPartials conv_transpose1d(const std::string& prefix, ops::ScaledSum x,
-                                          ops::FloatOrHalf y,
-                                          int c_in, int c_out, int t_in, int kernel, int stride,
-                                          int pad, int output_padding, int groups,
-                                          float leaky_slope = 1.f, int reflect_left = 0,
-                                          const float* residual = nullptr,
-                                          const char* y_stats_slot = nullptr) const;
-    // AdaIN1d + activation on x [C, T] -> y (may equal x), with the style of
-    // the projection `fc_prefix`; `alpha` only for Snake.
-    void adain(const float* x, float* y, int C, int T, const std::string& fc_prefix,
-               ops::Activation act, float slope, const float* alpha) const;
-    // Linear on rows: y [rows, out] = x [rows, in] @ W^T + b (+ beta * y);
-    // with_bias false leaves b out (the caller fuses it into the next op).
-    // x null: the input is in split_input(rows, in) already (a split linear's).
-    void linear(const std::string& prefix, const float* x, float* y, int rows, int in, int out,
-                float beta = 0.f, bool with_bias = true) const;
-    // The same on split FP16 weight `weight` (DeviceWeights::split_linear)
-    // with bias b (may be null); its scratch takes "ops.scratch".
-    void split_linear(const std::string& weight, const float* x, const float* b, float* y,
-                      int rows, int in, int out, float beta = 0.f) const;
-    // The split FP16 operand buffer of the split linears (workspace slot
-    // "ops.split_rows"): where an op writes a split linear's input itself.
-    __half* split_input(int rows, int in) const {
-        return halves("ops.split_rows", 2 * int64_t(rows) * ops::split_pitch(in));
-    }
-    // The same without its bias, the split linear's sums (fast) left to the
-    // op that reads the returned SplitSums (nothing else may take "ops.scratch"
-    // before it); other weights' GEMMs write y.
-    ops::SplitSums linear_sums(const std::string& prefix, const float* x, float* y, int rows,
-                               int in, int out, float beta = 0.f) const;
-    // Bidirectional LSTM `prefix`: x [T, In] -> out [T, 2H]; with stacked
-    // tokens (T their rows) every utterance's sequence on its own rows.
-    void lstm(const std::string& prefix, const float* x, float* out, int T) const;
-
-private:
-    // A split linear's plans on `rows` rows: tokens' row_chunks where tokens
-    // is a stack (then rows must be all its rows), else null; its scratch
-    // (workspace slot "ops.scratch").
-    struct SplitPlans {
-        const int32_t* row_chunks = nullptr;
-        float* scratch = nullptr;
-    };
-    SplitPlans split_plans(int rows, int in, int out) const;
-};
 
 // ------------------------------------------------------------- albert.cu
 // ALBERT last hidden state: ids [rows] -> out [rows, bert_hidden], every
@@ -549,10 +40,10 @@ void shared_lstm_forward(const Context& ctx, const UtteranceRows& frames, const 
                          float* shared_rows);
 // F0Ntrain's stacks: shared_rows [F, hidden] (the shared LSTM's output) ->
 // f0 [2F], n [2F]. The F0 stack runs on `ctx`, the N stack concurrently on
-// `n_ctx`, their blocks' shortcuts on `f0_lane` and `n_lane`
+// `n_ctx`, their blocks' shortcuts on `f0_shortcuts` and `n_shortcuts`
 // (adain_res_blk1d); `ctx` has waited for all of them on return.
-void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_lane,
-                 const Context& n_lane, const float* shared_rows, int F, float* f0, float* n);
+void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_shortcuts,
+                 const Context& n_shortcuts, const float* shared_rows, int F, float* f0, float* n);
 
 // ------------------------------------------------------- text_encoder.cu
 // Text encoder: ids [rows] -> t_en, utterance u's [hidden, T_u] at hidden x
@@ -563,14 +54,14 @@ void text_encoder_forward(const Context& ctx, const int32_t* ids, const Utteranc
 // ------------------------------------------------------------ decoder.cu
 // AdainResBlk1d `prefix`: x [c_in, T] -> out [c_out, T or 2T] (out may not
 // be x); style from `prefix.norm{1,2}.fc`. The shortcut (upsampling, 1x1
-// conv) runs on `lane`, concurrently with the residual path on ctx (lane
-// may be ctx itself); ctx has waited for it on return.
-void adain_res_blk1d(const Context& ctx, const Context& lane, const std::string& prefix,
+// conv) runs on `shortcut_ctx`, concurrently with the residual path on ctx
+// (shortcut_ctx may be ctx itself); ctx has waited for it on return.
+void adain_res_blk1d(const Context& ctx, const Context& shortcut_ctx, const std::string& prefix,
                      const float* x, int c_in, int c_out, int T, bool upsample, float* out);
 // Decoder up to the generator: t_en [hidden, T], frame_token [F], f0/n [2F]
 // -> out [upsample_initial_channel, 2F]; the blocks' shortcuts and asr_res
-// on `lane` (ctx has waited for it on return).
-void decoder_forward(const Context& ctx, const Context& lane, const float* t_en,
+// on `shortcut_ctx` (ctx has waited for it on return).
+void decoder_forward(const Context& ctx, const Context& shortcut_ctx, const float* t_en,
                      const int32_t* frame_token, int T, int F, const float* f0, const float* n,
                      float* out);
 
@@ -584,17 +75,26 @@ int generator_spec_frames(const ModelConfig& cfg, int F);
 // The generator's convs of stride > 1 (its noise convs but the last), by
 // weight name: DeviceWeights keeps them for the polyphase tensor-core conv.
 StridedConvs generator_strided_convs(const ModelConfig& cfg);
-// iSTFTNet generator: x [upsample_initial_channel, 2F] and the source har
-// -> audio [source_upsampling() * 2F]. The stages' source branches (noise
-// conv + noise AdaINResBlock1 on har) run on `side` (whose stream holds har
-// already) concurrently with ctx's work, but in fp32 the last one on ctx.
-// In precision "fast" the last stage, and earlier stages up to a size, run
-// their residual blocks 2.. on `resblocks` concurrently with block 1 on ctx
-// (generator.cu says when; at the last stage block 2 takes `side`'s
-// workspace slots). ctx has waited for all of them on return.
+// The values [C, T] of each upsampling stage's output: the scheduler's
+// measure of a stage (GeneratorSchedule).
+std::vector<int64_t> generator_stage_values(const ModelConfig& cfg, int F);
+// Where the generator's work runs, as the lane schedules it (lane.cu): the
+// source branches' context `side` (whose stream holds har already), the
+// residual blocks' contexts, and per stage whether its source branch runs
+// on `side` (else on ctx, just before the stage) and whether its residual
+// blocks run concurrently (blocks 2.. on `resblocks`, at the last stage
+// block 2 with `side`'s workspace slots, enqueued in step order).
 constexpr int kResblockStreams = 2;
-void generator_forward(const Context& ctx, const Context& side,
-                       const Context (&resblocks)[kResblockStreams], ops::Stft& stft,
+struct GeneratorSchedule {
+    const Context& side;
+    const Context (&resblocks)[kResblockStreams];
+    std::vector<bool> branch_on_side;     // per stage
+    std::vector<bool> concurrent_blocks;  // per stage
+};
+// iSTFTNet generator: x [upsample_initial_channel, 2F] and the source har
+// -> audio [source_upsampling() * 2F], scheduled by `schedule`. ctx has
+// waited for all of its streams' work on return.
+void generator_forward(const Context& ctx, const GeneratorSchedule& schedule, ops::Stft& stft,
                        const float* x, const float* har, int F, float* audio);
 
 }  // namespace kokoro
