@@ -2,7 +2,7 @@
 
     python scripts/speech_check.py synth --out DIR [--model kokoro-onnx-int8] [--device cpu|cuda]
                                          [--precision fp32|fast] [--seed 0]
-    python scripts/speech_check.py transcribe DIR [--max-wer 0.10]
+    python scripts/speech_check.py transcribe DIR [DIR ...] [--max-wer 0.10]
     python scripts/speech_check.py ja-phonemes
 
 ``synth`` reads tests/data/speech_sentences.json (English text, Japanese
@@ -14,8 +14,10 @@ back, transcribes every WAV with Whisper base (tests/asr.py: faster-whisper,
 CPU int8, offline) and prints the per-utterance table with English word error
 rate and Japanese character error rate; it writes ``transcripts.json`` and
 ``transcripts.md`` beside the WAVs and exits 1 when English WER is above
-``--max-wer``. ``ja-phonemes`` refreshes the Japanese phonemes of the sentence
-file with misaki's Japanese G2P (needs misaki[ja]).
+``--max-wer``; given several folders (fp32 and fast), it also lists the
+English utterances whose normalised transcripts differ between them.
+``ja-phonemes`` refreshes the Japanese phonemes of the sentence file with
+misaki's Japanese G2P (needs misaki[ja]).
 """
 
 from __future__ import annotations
@@ -197,16 +199,28 @@ def load_synthesis(folder: Path) -> tuple[dict[str, Any], list[tuple[Utterance, 
 
 def _transcribe(args: argparse.Namespace) -> int:
     sys.path.insert(0, str(ROOT / "tests"))
-    meta, items = load_synthesis(args.folder)
-    rows = transcribe_items(items)
-    title = f"{meta['model']} on {meta['device']} ({meta['precision']}), seed {meta['seed']}"
-    write_report(rows, args.folder, title)
-    print(report_markdown(rows, title))
-    wer = pooled(rows, "en")
-    if wer > args.max_wer:
-        print(f"English WER {wer:.1%} is above {args.max_wer:.0%}", file=sys.stderr)
-        return 1
-    return 0
+    import asr
+
+    status = 0
+    english: dict[str, dict[str, str]] = {}  # folder -> id -> normalised transcript
+    for folder in args.folders:
+        meta, items = load_synthesis(folder)
+        rows = transcribe_items(items)
+        title = f"{meta['model']} on {meta['device']} ({meta['precision']}), seed {meta['seed']}"
+        write_report(rows, folder, title)
+        print(report_markdown(rows, title))
+        english[str(folder)] = {r.id: asr.normalize_english(r.transcript) for r in rows if r.language == "en"}
+        wer = pooled(rows, "en")
+        if wer > args.max_wer:
+            print(f"{folder}: English WER {wer:.1%} is above {args.max_wer:.0%}", file=sys.stderr)
+            status = 1
+    if len(english) > 1:
+        first, *others = english
+        differ = [f"{i}: {name} {english[name].get(i)!r} vs {first} {text!r}"
+                  for name in others for i, text in english[first].items() if english[name].get(i) != text]
+        print("English transcripts " + ("differ:\n" + "\n".join(differ) if differ else
+                                        f"identical across {len(english)} folders"))
+    return status
 
 
 def _ja_phonemes(_args: argparse.Namespace) -> int:
@@ -232,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--seed", type=int, default=DEFAULT_SEED, help="generator noise seed")
     s.set_defaults(run=_synth)
     t = sub.add_parser("transcribe", help="transcribe a synth folder; print the WER table")
-    t.add_argument("folder", type=Path)
+    t.add_argument("folders", type=Path, nargs="+", metavar="DIR")
     t.add_argument("--max-wer", type=float, default=ENGLISH_MAX_WER)
     t.set_defaults(run=_transcribe)
     j = sub.add_parser("ja-phonemes", help="refresh the Japanese phonemes with misaki[ja]")

@@ -49,10 +49,15 @@ def _package_data(package: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "data"
 
 
+def _complete(folder: Path) -> bool:
+    model = folder / "model.bin"
+    return model.is_file() and model.stat().st_size == MODEL_BIN_BYTES
+
+
 def whisper_model_dir() -> Path:
     """The CTranslate2 Whisper base folder, joined from the two packages on first use."""
     target = cache_dir() / "whisper-base-ct2"
-    if (target / "model.bin").is_file() and (target / "model.bin").stat().st_size == MODEL_BIN_BYTES:
+    if _complete(target):
         return target
     part1, part2 = (_package_data(p) for p in WHISPER_PACKAGES)
     halves = [part1 / "model.bin.part1", part2 / "model.bin.part2"]
@@ -70,7 +75,12 @@ def whisper_model_dir() -> Path:
             with open(half, "rb") as src:
                 shutil.copyfileobj(src, out, 16 * 2**20)
     shutil.rmtree(target, ignore_errors=True)
-    os.replace(staging, target)
+    try:
+        os.replace(staging, target)
+    except OSError:
+        if not _complete(target):  # another process put a complete folder there first: keep that one
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
     return target
 
 

@@ -19,12 +19,13 @@ precision, fast included.
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
+from real_weights import real_model_or_skip
 from script_modules import load_script
 
 from kokoro_gpu.errors import BackendError
-from kokoro_gpu.real_model import RealModelMissing
 
 pytestmark = pytest.mark.real
 
@@ -62,12 +63,12 @@ def test_fixtures_present_and_small() -> None:
 @functools.cache
 def _results(device: str, precision: str) -> tuple[parity.CaseResult, ...]:
     """Every fixture on one backend (the real model loaded once per device and precision)."""
+    if not os.environ.get(parity.REAL_MODEL_ENV):
+        real_model_or_skip()
     try:
         return tuple(parity.compare_fixture(p, device, precision) for p in FIXTURES)
     except BackendError as e:
         pytest.skip(f"{device} backend unavailable: {e}")
-    except RealModelMissing as e:
-        pytest.skip(f"no real model: {e}")
 
 
 @pytest.mark.parametrize(("device", "precision"), RUNS)

