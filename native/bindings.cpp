@@ -244,5 +244,7 @@ PYBIND11_MODULE(_native, m) {
         .def_property_readonly("weight_bytes", &kokoro::Engine::weight_bytes)
         .def_property_readonly("workspace_bytes", &kokoro::Engine::workspace_bytes);
 
-    kokoro::register_ops(m);
+#ifdef KOKORO_OPS_BINDINGS
+    kokoro::register_ops(m);  // the op tests' bindings (a build option)
+#endif
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check, meant as ONE call on a CUDA machine (repository root as the
-# working directory): build and install the package for sm_90a only (no build
-# isolation: the machine has no network), then, on the INSTALLED package,
-# print backend_info, run the GPU tests (engine, ops, backend selection, and
-# the golden parity tests), print the parity table in both precisions, and run
+# working directory): build and install the package for sm_90a only, with the
+# ops' test bindings (no build isolation: the machine has no network), then,
+# on the INSTALLED package, print backend_info, run the GPU tests (marker gpu:
+# engine and op families; plus backend selection, the precision plan and the
+# golden parity tests), print the parity table in both precisions, and run
 # scripts/bench.py --phases (against PyTorch when the official kokoro is importable).
 # Usage: scripts/gpu_check.sh [extra pytest arguments]
 set -euo pipefail
@@ -12,7 +13,8 @@ R="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$R"
 
 python -m pip install --no-build-isolation --no-deps -q \
-    -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90a -Ccmake.define.KOKORO_REQUIRE_NATIVE=ON .
+    -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90a -Ccmake.define.KOKORO_REQUIRE_NATIVE=ON \
+    -Ccmake.define.KOKORO_OPS_BINDINGS=ON .
 
 # From /tmp, so that the source tree does not shadow the installed package.
 cd /tmp
@@ -22,12 +24,10 @@ import kokoro_gpu
 print(json.dumps(kokoro_gpu.backend_info(), indent=1))
 PY
 
-tests=()
-for t in test_cuda_engine test_native_ops test_backends test_parity; do
-    [[ -f "$R/tests/$t.py" ]] && tests+=("$R/tests/$t.py")
-done
 status=0
-python -m pytest -q -s "${tests[@]}" "$@" || status=$?
+python -m pytest -q -s -m gpu "$R/tests" "$@" || status=$?
+python -m pytest -q -s "$R/tests/test_backends.py" "$R/tests/test_parity.py" \
+    "$R/tests/test_precision_plan.py" "$@" || status=$?
 
 if [[ -f "$R/scripts/parity_table.py" ]]; then
     for precision in fp32 fast; do

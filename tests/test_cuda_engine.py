@@ -27,13 +27,16 @@ from kokoro_gpu import backend_info
 from kokoro_gpu.api import KokoroTTS
 from kokoro_gpu.backends import CPUBackend, CUDABackend, create_backend, cuda_state
 from kokoro_gpu.checkpoint import fold_official
-from kokoro_gpu.config import SAMPLES_PER_FRAME, ModelConfig
+from kokoro_gpu.config import MAX_FRAMES, SAMPLES_PER_FRAME, ModelConfig
 from kokoro_gpu.errors import BackendError, CheckpointError, InputError
 from kokoro_gpu.random_weights import random_checkpoint, random_voice_pack
 from kokoro_gpu.voices import VoiceStore
 
 _CUDA = cuda_state()
-pytestmark = pytest.mark.skipif(not _CUDA.usable, reason=f"CUDA unavailable: {_CUDA.reason}")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not _CUDA.usable, reason=f"CUDA unavailable: {_CUDA.reason}"),
+]
 
 # Intermediates up to the decoder: float32 on both sides, same operation order
 # up to summation order, so normwise relative error within 1e-4.
@@ -234,6 +237,20 @@ def test_bad_inputs_raise_input_error(config: ModelConfig, gpu: CUDABackend) -> 
         gpu.forward(ids, ref_s, 0.0, deterministic=True, seed=None)
     with pytest.raises(InputError, match="device"):
         create_backend("gpu", config, {})
+
+
+def test_frame_bound_is_an_input_error(config: ModelConfig, gpu: CUDABackend, fast: CUDABackend) -> None:
+    """A speed far below the API's bound asks for more than MAX_FRAMES frames: refused after the read-back."""
+    ids, ref_s = random_inputs(config, 20, seed=7)
+    for backend in (gpu, fast):
+        for speed in (1e-3, 1e-40):
+            with pytest.raises(InputError, match=f"over {MAX_FRAMES} frames") as info:
+                backend.forward(ids, ref_s, speed, deterministic=True, seed=None)
+            assert "\n" not in str(info.value)
+        with pytest.raises(InputError, match=f"over {MAX_FRAMES} frames"):
+            backend.forward_batch([(ids, ref_s, 1.0, 0), (ids, ref_s, 1e-3, 1)], deterministic=True)
+        audio, _ = backend.forward(ids, ref_s, 1.0, deterministic=True, seed=None)  # the engine still works
+        assert np.isfinite(audio).all() and audio.size > 0
 
 
 def test_missing_weight_is_a_checkpoint_error(config: ModelConfig, weights: dict[str, np.ndarray]) -> None:
