@@ -176,6 +176,10 @@ def _check_output(path: str, formats: Sequence[str], what: str, overwrite: bool)
                          f"use one of {', '.join(formats)}")
     if target.is_dir():
         raise InputError(f"{what} path {path} is a directory; pass a file name")
+    if target.exists() and not target.is_file():
+        # The output is renamed into place: never onto a device or a pipe.
+        raise InputError(f"{what} path {path} is not a regular file; pass a file name "
+                         "(or -o - for standard output)")
     if target.exists() and not overwrite:
         raise InputError(f"{what} file {path} exists; pass --overwrite to replace it")
     parent = target.parent if str(target.parent) else Path(".")

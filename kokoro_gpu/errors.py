@@ -29,8 +29,8 @@ class KokoroError(Exception):
     """Base class of every error kokoro_gpu raises on purpose; its message is one capped line."""
 
     def __init__(self, *args: object) -> None:
-        if args and isinstance(args[0], str):
-            args = (one_line(args[0]), *args[1:])
+        if args:
+            args = (one_line(str(args[0])), *args[1:])
         super().__init__(*args)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import resource
 import signal
 import subprocess
@@ -134,6 +135,7 @@ def test_list_voices(capsys, model_dir, voice):
         (["hi", "-o", "{tmp}/o.wav", "--speed", "1e-7"], "speed"),
         (["hi", "-o", "{tmp}/o.wav", "--speed", "11"], "speed"),
         (["caf\udce9", "-o", "{tmp}/o.wav"], "byte 0xe9, which is not UTF-8"),
+        (["hi", "-o", "{tmp}/fifo.wav", "--overwrite"], "is not a regular file"),
         (["hi", "-o", "{tmp}/o.wav", "--device", "tpu"], "--device"),
         (["hi"], "no output given"),
         (["hi", "-i", "{tmp}/blank.txt", "-o", "{tmp}/o.wav"], "not both"),
@@ -144,11 +146,14 @@ def test_bad_input(tmp_path, capsys, model_dir, argv, message):
     (tmp_path / "latin1.txt").write_bytes("caf\u00e9".encode("latin-1"))
     (tmp_path / "exists.wav").write_bytes(b"keep")
     (tmp_path / "exists.srt").write_bytes(b"keep")
+    os.mkfifo(tmp_path / "fifo.wav")
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert (tmp_path / "fifo.wav").is_fifo()
     code, err = _run(capsys, *[a.format(tmp=tmp_path) for a in argv], "--model", model_dir)
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("kokoro-speak: error: ") and message in err
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+    assert (tmp_path / "fifo.wav").is_fifo()
 
 
 def test_unknown_voice(tmp_path, capsys, model_dir):
