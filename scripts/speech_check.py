@@ -1,21 +1,23 @@
 """Speech round trip on real weights: synthesize a fixed sentence set, then transcribe it with Whisper.
 
     python scripts/speech_check.py synth --out DIR [--model kokoro-onnx-int8] [--device cpu|cuda]
-                                         [--precision fp32|fast] [--seed 0]
-    python scripts/speech_check.py transcribe DIR [DIR ...] [--max-wer 0.10]
+                                         [--precision fp32|fast] [--seed 0] [--format wav|npz]
+    python scripts/speech_check.py transcribe DIR [DIR ...] [--max-wer 0.10] [--report OUT]
     python scripts/speech_check.py ja-phonemes
 
 ``synth`` reads tests/data/speech_sentences.json (English text, Japanese
 phonemes; every sentence with every voice there) and writes one 24 kHz WAV per
-utterance and ``synthesis.json`` (model, device, precision, each utterance's
-text, phonemes, frame durations and length). It needs only kokoro_gpu, so it
+utterance (``--format npz``: all of them in one ``audio.npz``, for a machine
+that hands back few files) and ``synthesis.json`` (model, device, precision,
+each utterance's text, phonemes, frame durations and length). It needs only kokoro_gpu, so it
 runs on a GPU machine without a recogniser. ``transcribe`` reads such a folder
 back, transcribes every WAV with Whisper base (tests/asr.py: faster-whisper,
 CPU int8, offline) and prints the per-utterance table with English word error
 rate and Japanese character error rate; it writes ``transcripts.json`` and
-``transcripts.md`` beside the WAVs and exits 1 when English WER is above
-``--max-wer``; given several folders (fp32 and fast), it also lists the
-English utterances whose normalised transcripts differ between them.
+``transcripts.md`` beside the audio (``--report OUT``: in OUT/<folder name>)
+and exits 1 when English WER is above ``--max-wer``; given several folders
+(fp32 and fast), it also lists the English utterances whose normalised
+transcripts differ between them.
 ``ja-phonemes`` refreshes the Japanese phonemes of the sentence file with
 misaki's Japanese G2P (needs misaki[ja]).
 """
@@ -36,6 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 SENTENCES = ROOT / "tests" / "data" / "speech_sentences.json"
 SYNTHESIS_JSON = "synthesis.json"
+AUDIO_NPZ = "audio.npz"
 ENGLISH_MAX_WER = 0.10
 DEFAULT_MODEL = "kokoro-onnx-int8"
 DEFAULT_SEED = 0
@@ -101,14 +104,17 @@ def synthesize_set(tts: Any, items: list[Utterance], seed: int = DEFAULT_SEED) -
     return out
 
 
-def write_synthesis(results: list[Synthesized], out: Path, meta: dict[str, Any]) -> Path:
-    """WAVs and synthesis.json into ``out`` (created; existing files of the set are replaced)."""
+def write_synthesis(results: list[Synthesized], out: Path, meta: dict[str, Any], fmt: str = "wav") -> Path:
+    """WAVs (or one audio.npz) and synthesis.json into ``out`` (created; the set's files are replaced)."""
     import soundfile as sf
 
     out.mkdir(parents=True, exist_ok=True)
+    if fmt == "npz":
+        np.savez_compressed(out / AUDIO_NPZ, **{r.utterance.id: r.audio for r in results})
     records = []
     for r in results:
-        sf.write(out / f"{r.utterance.id}.wav", r.audio, 24_000, subtype="FLOAT")
+        if fmt == "wav":
+            sf.write(out / f"{r.utterance.id}.wav", r.audio, 24_000, subtype="FLOAT")
         records.append({**asdict(r.utterance), "phonemes": r.phonemes, "durations": r.durations,
                         "frames": sum(r.durations), "seconds": round(r.seconds, 4),
                         "synth_seconds": round(r.synth_seconds, 3)})
@@ -175,7 +181,7 @@ def _synth(args: argparse.Namespace) -> int:
     items = utterances()
     results = synthesize_set(tts, items, args.seed)
     meta = {"model": str(args.model), "device": tts.device, "precision": tts.precision, "seed": args.seed}
-    path = write_synthesis(results, args.out, meta)
+    path = write_synthesis(results, args.out, meta, args.format)
     total = sum(r.seconds for r in results)
     took = sum(r.synth_seconds for r in results)
     print(f"{len(results)} utterances, {total:.1f} s of audio in {took:.1f} s on {tts.device} "
@@ -187,11 +193,15 @@ def load_synthesis(folder: Path) -> tuple[dict[str, Any], list[tuple[Utterance, 
     import soundfile as sf
 
     meta = json.loads((folder / SYNTHESIS_JSON).read_text())
+    packed = dict(np.load(folder / AUDIO_NPZ)) if (folder / AUDIO_NPZ).is_file() else None
     items = []
     for rec in meta["utterances"]:
-        audio, rate = sf.read(folder / f"{rec['id']}.wav", dtype="float32")
-        if rate != 24_000:
-            raise ValueError(f"{rec['id']}.wav is {rate} Hz, expected 24000")
+        if packed is not None:
+            audio = packed[rec["id"]]
+        else:
+            audio, rate = sf.read(folder / f"{rec['id']}.wav", dtype="float32")
+            if rate != 24_000:
+                raise ValueError(f"{rec['id']}.wav is {rate} Hz, expected 24000")
         u = Utterance(rec["id"], rec["language"], rec["voice"], rec["text"], rec["phonemes"])
         items.append((u, audio))
     return meta, items
@@ -207,7 +217,7 @@ def _transcribe(args: argparse.Namespace) -> int:
         meta, items = load_synthesis(folder)
         rows = transcribe_items(items)
         title = f"{meta['model']} on {meta['device']} ({meta['precision']}), seed {meta['seed']}"
-        write_report(rows, folder, title)
+        write_report(rows, args.report / folder.name if args.report else folder, title)
         print(report_markdown(rows, title))
         english[str(folder)] = {r.id: asr.normalize_english(r.transcript) for r in rows if r.language == "en"}
         wer = pooled(rows, "en")
@@ -244,10 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     s.add_argument("--precision", default="fp32", choices=("fp32", "fast"))
     s.add_argument("--seed", type=int, default=DEFAULT_SEED, help="generator noise seed")
+    s.add_argument("--format", default="wav", choices=("wav", "npz"),
+                   help="one WAV per utterance, or all in one audio.npz")
     s.set_defaults(run=_synth)
     t = sub.add_parser("transcribe", help="transcribe a synth folder; print the WER table")
     t.add_argument("folders", type=Path, nargs="+", metavar="DIR")
     t.add_argument("--max-wer", type=float, default=ENGLISH_MAX_WER)
+    t.add_argument("--report", type=Path, help="write the transcripts under this folder instead")
     t.set_defaults(run=_transcribe)
     j = sub.add_parser("ja-phonemes", help="refresh the Japanese phonemes with misaki[ja]")
     j.set_defaults(run=_ja_phonemes)
