@@ -9,6 +9,7 @@ import pytest
 
 from kokoro_gpu import ops
 from kokoro_gpu.ops import conv as conv_module
+from kokoro_gpu.ops import fast_conv, parallel
 
 
 @pytest.fixture
@@ -243,6 +244,78 @@ def test_conv1d_chunked_im2col_matches_single_chunk(rng, monkeypatch):
     np.testing.assert_allclose(chunked, whole, rtol=1e-6, atol=1e-6)
     naive = _naive_conv1d(x.astype(np.float64), w, b, 2, 2, 2, 1)
     np.testing.assert_allclose(chunked, naive, rtol=1e-5, atol=1e-5)
+
+
+_PREPARED_SHAPES = [  # (c_in, c_out, k, pad, dilation, t_len)
+    (3, 4, 3, 1, 1, 23),  # "same"
+    (4, 3, 3, 5, 5, 40),  # dilated "same"
+    (2, 5, 7, 0, 3, 31),  # "valid", dilated
+    (3, 3, 11, 25, 5, 9),  # input shorter than one tile
+    (5, 2, 11, 3, 1, 200),  # several tiles, pad unlike "same"
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "c_in", "c_out", "k", "pad", "dilation", "t_len"),
+    [(m, *shape) for m in ("gemm", "winograd", "fft") for shape in _PREPARED_SHAPES
+     if m != "winograd" or shape[2] == 3],  # Winograd is prepared for K = 3
+)
+def test_prepared_conv1d_matches_naive_loop(rng, method, c_in, c_out, k, pad, dilation, t_len):
+    x = rng.standard_normal((c_in, t_len))
+    w = rng.standard_normal((c_out, c_in, k))
+    b = rng.standard_normal(c_out)
+    y = fast_conv.PreparedConv1d(w, b, pad=pad, dilation=dilation, method=method)(x)
+    expected = _naive_conv1d(x, w, b, 1, pad, dilation, 1)
+    assert y.shape == expected.shape and y.dtype == np.float64
+    np.testing.assert_allclose(y, expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize(("method", "k"), [("winograd", 3), ("fft", 7), ("fft", 11)])
+def test_prepared_conv1d_float32_chunked(rng, monkeypatch, method, k):
+    """float32 within float32 rounding of the float64 truth; chunks of columns change nothing."""
+    x = rng.standard_normal((16, 700)).astype(np.float32)
+    w = (rng.standard_normal((8, 16, k)) / np.sqrt(16 * k)).astype(np.float32)
+    conv = fast_conv.PreparedConv1d(w, None, pad=3 * (k - 1) // 2, dilation=3, method=method)
+    whole = conv(x)
+    monkeypatch.setattr(fast_conv, "_TILE_CHUNK_ELEMS", 4000)  # a few tiles per chunk
+    chunked = conv(x)
+    assert chunked.dtype == np.float32
+    np.testing.assert_allclose(chunked, whole, rtol=1e-6, atol=1e-6)
+    truth = ops.conv1d(x.astype(np.float64), w.astype(np.float64), pad=3 * (k - 1) // 2, dilation=3)
+    assert np.linalg.norm(chunked - truth) / np.linalg.norm(truth) < 5e-6
+
+
+def test_winograd_matrices_compute_correlation(rng):
+    b_t, g, a_t = fast_conv.winograd_matrices(6, 3, (0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5))
+    assert b_t.shape == (8, 8) and g.shape == (8, 3) and a_t.shape == (6, 8)
+    x, w = rng.standard_normal(8), rng.standard_normal(3)
+    expected = [x[j : j + 3] @ w for j in range(6)]
+    np.testing.assert_allclose(a_t @ ((g @ w) * (b_t @ x)), expected, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError):
+        fast_conv.winograd_matrices(4, 3, (0.0, 1.0))
+
+
+def test_choose_method_by_shape():
+    assert fast_conv.choose_method(3, 128, 128) == "winograd"
+    assert fast_conv.choose_method(11, 256, 256) == "fft"
+    assert fast_conv.choose_method(7, 22, 128) == "gemm"  # few input channels: direct
+    assert fast_conv.choose_method(5, 512, 512) == "gemm"
+
+
+def test_run_parallel_order_errors_and_nesting():
+    assert parallel.run_parallel([lambda i=i: i * i for i in range(5)]) == [0, 1, 4, 9, 16]
+
+    def nested() -> list[int]:  # a branch that itself branches runs inline, no deadlock
+        return parallel.run_parallel([lambda: 1, lambda: 2])
+
+    assert parallel.run_parallel([nested, nested, nested]) == [[1, 2]] * 3
+    assert parallel.spawn(lambda: 7).result() == 7
+
+    def fail() -> None:
+        raise RuntimeError("branch failed")
+
+    with pytest.raises(RuntimeError, match="branch failed"):
+        parallel.run_parallel([lambda: 0, fail])
 
 
 def test_conv1d_rejects_short_input_and_bad_groups(rng):

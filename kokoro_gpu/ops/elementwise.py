@@ -17,14 +17,20 @@ def gelu_new(x: np.ndarray) -> np.ndarray:
 
 
 def leaky_relu(x: np.ndarray, slope: float) -> np.ndarray:
-    """``x`` where ``x >= 0``, else ``slope * x``."""
-    return np.where(x >= 0, x, x * x.dtype.type(slope))
+    """``x`` where ``x >= 0``, else ``slope * x`` (slope in [0, 1]: the larger of the two)."""
+    return np.maximum(x, x * x.dtype.type(slope))
 
 
 def snake(x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     """Snake activation ``x + sin(alpha x)^2 / alpha`` with one alpha per channel: x [C, T], alpha [C]."""
     a = alpha.reshape(-1, 1)
-    return x + (1.0 / a) * np.sin(a * x) ** 2
+    # In place on one temporary: each pass over a long generator sequence costs memory bandwidth.
+    y = np.multiply(a, x)
+    np.sin(y, out=y)
+    np.square(y, out=y)
+    y *= 1.0 / a
+    y += x
+    return y
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

@@ -72,7 +72,12 @@ def adain(
     ``act="leaky_relu"`` uses ``slope``; ``act="snake"`` uses ``alpha [C]``.
     """
     gamma, beta = _split_style(style_gb)
-    y = (1 + gamma[:, None]) * instance_norm(x, eps) + beta[:, None]
+    # (x - mean) * ((1 + gamma) / std) + beta, on one temporary.
+    mean = x.mean(axis=-1, keepdims=True)
+    y = np.subtract(x, mean)
+    var = np.square(y).mean(axis=-1, keepdims=True)  # pairwise summation, as mean's
+    y *= (1 + gamma[:, None]) / np.sqrt(var + x.dtype.type(eps))
+    y += beta[:, None]
     if act is None:
         return y
     if act == "leaky_relu":
