@@ -19,13 +19,14 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 _in_worker = threading.local()
+_blas_controller: Any = None  # threadpoolctl.ThreadpoolController, made on first use
 
 
 def worker_count() -> int:
@@ -76,7 +77,10 @@ def run_parallel(tasks: list[Callable[[], T]]) -> list[T]:
 @contextmanager
 def blas_single_threaded() -> Iterator[None]:
     """BLAS limited to one thread inside the block (threadpoolctl), restored after."""
-    from threadpoolctl import threadpool_limits
+    global _blas_controller
+    if _blas_controller is None:  # finding the loaded BLAS libraries takes milliseconds: once
+        from threadpoolctl import ThreadpoolController
 
-    with threadpool_limits(limits=1, user_api="blas"):
+        _blas_controller = ThreadpoolController()
+    with _blas_controller.limit(limits=1, user_api="blas"):
         yield
