@@ -37,6 +37,7 @@ from .text.chunking import (
     split_paragraphs,
 )
 from .text.g2p import LANG_NAMES, FrontEnd, Word, front_end, resolve_lang
+from .text.normalize import Normalization
 from .text.timestamps import WordTimestamp, word_timestamps
 from .tokens import phonemes_to_ids
 from .voices import VoiceStore, style_for, voice_lang_code
@@ -170,6 +171,17 @@ def _check_audio(audio: np.ndarray) -> np.ndarray:
     return audio
 
 
+def _default_voice(voices: VoiceStore) -> str:
+    """af_heart where the model has it (or fetches voices from the hub), else its first voice.
+
+    kokoro-onnx-int8 has only Japanese voices: its default voice then reads English (see ``stream``).
+    """
+    if voices.repo_id is not None:
+        return DEFAULT_VOICE
+    available = voices.available()
+    return DEFAULT_VOICE if DEFAULT_VOICE in available or not available else available[0]
+
+
 class KokoroTTS:
     """A loaded Kokoro model on one backend."""
 
@@ -178,6 +190,7 @@ class KokoroTTS:
         self.backend = backend
         self.voices = voices
         self.sample_rate = SAMPLE_RATE
+        self.default_voice = _default_voice(voices)
 
     @classmethod
     def from_pretrained(
@@ -222,11 +235,12 @@ class KokoroTTS:
         text: str | None = None,
         *,
         phonemes: str | None = None,
-        voice: VoiceSpec = DEFAULT_VOICE,
+        voice: VoiceSpec | None = None,
         speed: float = 1.0,
         lang: str | None = None,
         deterministic: bool = False,
         seed: int | None = None,
+        normalize: bool | Normalization = True,
     ) -> SynthesisResult:
         """Text (or ``phonemes=``) of any length and a voice -> audio with word timestamps.
 
@@ -247,6 +261,7 @@ class KokoroTTS:
                 lang=lang,
                 deterministic=deterministic,
                 seed=seed,
+                normalize=normalize,
             )
         )
         return results[0] if len(results) == 1 else _join(results, self.sample_rate)
@@ -256,18 +271,26 @@ class KokoroTTS:
         text: str | None = None,
         *,
         phonemes: str | None = None,
-        voice: VoiceSpec = DEFAULT_VOICE,
+        voice: VoiceSpec | None = None,
         speed: float = 1.0,
         lang: str | None = None,
         deterministic: bool = False,
         seed: int | None = None,
+        normalize: bool | Normalization = True,
     ) -> Iterator[SynthesisResult]:
         """Like ``synthesize``, but yield each chunk's result as soon as it is made.
 
         Word timestamps are absolute (seconds from the start of the first
         chunk). Arguments are checked before this returns; the text is
-        phonemised line by line as the iteration proceeds.
+        phonemised line by line as the iteration proceeds. Without ``voice``
+        the model's default voice (``default_voice``) reads English unless
+        ``lang`` says otherwise. ``normalize`` (English text) spells out URLs,
+        e-mail addresses, phone numbers, times, fractions, units and
+        abbreviations first (:class:`kokoro_gpu.text.Normalization` picks
+        categories; False reads the text as written).
         """
+        if voice is None:
+            voice, lang = self.default_voice, lang or "a"
         if (text is None) == (phonemes is None):
             raise InputError("pass either text or phonemes=..., not both and not neither")
         source = text if text is not None else phonemes
@@ -286,7 +309,7 @@ class KokoroTTS:
         if phonemes is not None:
             chunks: Iterable[Chunk] = _phoneme_chunks(phonemes, limit)
         else:
-            chunks = self._text_chunks(text, front_end(choose_lang(voice, lang)), limit)
+            chunks = self._text_chunks(text, front_end(choose_lang(voice, lang), normalize=normalize), limit)
         return self._stream(chunks, pack, speed, deterministic, seed)
 
     @staticmethod
@@ -333,7 +356,7 @@ class KokoroTTS:
         self,
         inputs: Sequence[BatchInput],
         *,
-        voice: VoiceSpec = DEFAULT_VOICE,
+        voice: VoiceSpec | None = None,
         speed: float = 1.0,
         deterministic: bool = False,
         seed: int | None = None,
@@ -351,14 +374,17 @@ class KokoroTTS:
         if isinstance(inputs, (str, Mapping)):
             raise InputError("synthesize_batch takes a list of inputs; use synthesize for one")
         seed = check_seed(seed)
+        voice = self.default_voice if voice is None else voice
         limit = min(MAX_PHONEMES, self.config.max_phonemes)
         packs: dict[str, np.ndarray] = {}
         items: list[tuple[np.ndarray, np.ndarray, float, int | None]] = []
         owners: list[tuple[int, Chunk]] = []
         for i, spec in enumerate(inputs):
             phonemes, spec_voice, spec_speed, spec_seed = self._batch_input(spec, i, voice, speed, seed)
-            key = spec_voice if isinstance(spec_voice, (str, Path)) else f"array:{id(spec_voice)}"
-            pack = packs.setdefault(str(key), self.voices.load(spec_voice))
+            key = str(spec_voice) if isinstance(spec_voice, (str, Path)) else f"array:{id(spec_voice)}"
+            if key not in packs:
+                packs[key] = self.voices.load(spec_voice)
+            pack = packs[key]
             for j, chunk in enumerate(_phoneme_chunks(phonemes, limit)):
                 input_ids, ref_s = self._model_inputs(chunk.phonemes, pack)
                 items.append((input_ids, ref_s, spec_speed, None if spec_seed is None else spec_seed + j))
@@ -401,7 +427,7 @@ class KokoroTTS:
 
 
 @functools.lru_cache(maxsize=1)
-def _cached_model(model: str, device: str, precision: str) -> KokoroTTS:
+def _cached_model(model: str | None, device: str, precision: str) -> KokoroTTS:
     return KokoroTTS.from_pretrained(model, device=device, precision=precision)
 
 
@@ -409,17 +435,21 @@ def synthesize(
     text: str | None = None,
     *,
     phonemes: str | None = None,
-    voice: VoiceSpec = DEFAULT_VOICE,
+    voice: VoiceSpec | None = None,
     speed: float = 1.0,
     lang: str | None = None,
-    model: str | Path = DEFAULT_MODEL,
+    model: str | Path | None = None,
     device: str = "auto",
     precision: str = "fp32",
     deterministic: bool = False,
     seed: int | None = None,
+    normalize: bool | Normalization = True,
 ) -> SynthesisResult:
-    """``KokoroTTS.synthesize`` on a model loaded once and kept for the next call with the same model."""
-    tts = _cached_model(str(model), device, precision)
+    """``KokoroTTS.synthesize`` on a model loaded once and kept for the next call with the same model.
+
+    ``model`` as in ``KokoroTTS.from_pretrained`` (default: the hub's model, or offline kokoro-onnx-int8).
+    """
+    tts = _cached_model(None if model is None else str(model), device, precision)
     return tts.synthesize(
         text,
         phonemes=phonemes,
@@ -428,4 +458,5 @@ def synthesize(
         lang=lang,
         deterministic=deterministic,
         seed=seed,
+        normalize=normalize,
     )

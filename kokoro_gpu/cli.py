@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -141,6 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deterministic", action="store_true",
                    help="no randomness in the generator (zero phases and noise)")
     p.add_argument("--list-voices", action="store_true", help="list the model's voices and exit")
+    p.add_argument("--no-normalize", action="store_true",
+                   help="read English text as written (no spelling out of URLs, phone numbers, times, units)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="log what is loaded and how (model, device, front-end mode) to standard error")
     return p
 
 
@@ -371,21 +376,23 @@ def _speak(args: argparse.Namespace, text: str, stdout: IO[bytes], stderr: IO[st
     model = _choose_model(args, stderr)
     tts = KokoroTTS.from_pretrained(model, device=args.device)
     voice = args.voice
+    normalize = not args.no_normalize
     with warnings.catch_warnings():
-        if voice is None and model == REAL_MODEL_NAME:
-            # The real model's voices are Japanese; its default reads English, as the notice said.
-            voice, lang = DEFAULT_REAL_VOICE, lang or "a"
-            warnings.filterwarnings("ignore", message=f"voice {DEFAULT_REAL_VOICE} is Japanese but")
+        if voice is None:
+            # The model's default voice reads English; the real model's are Japanese, as the notice said.
+            voice, lang = tts.default_voice, lang or "a"
+            warnings.filterwarnings("ignore", message=f"voice {voice} is Japanese but")
         results = tts.stream(
             None if args.phonemes else text,
             phonemes=text.strip() if args.phonemes else None,
-            voice=voice or DEFAULT_VOICE,
+            voice=voice,
             speed=speed,
             lang=lang,
             deterministic=args.deterministic,
             seed=args.seed,
+            normalize=normalize,
         )
-    spoken = _spoken_length(text, args.phonemes, lang or choose_lang(voice or DEFAULT_VOICE, None))
+    spoken = _spoken_length(text, args.phonemes or not normalize, lang or choose_lang(voice, None))
     progress = _Progress(spoken, stderr, stderr.isatty())
     progress.start()
     words: list[WordTimestamp] = []
@@ -428,6 +435,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous_handlers = _unwind_on_signals()
     try:
         args = build_parser().parse_args(argv)
+        if args.verbose:
+            logging.basicConfig(level=logging.INFO, format=f"{PROG}: %(message)s", stream=stderr)
         with warnings.catch_warnings():
             warnings.showwarning = show_warning
             if args.list_voices:

@@ -167,6 +167,8 @@ def test_unknown_voice(tmp_path, capsys, model_dir):
 
 def test_failure_midway_leaves_no_file(tmp_path, capsys, monkeypatch):
     class HalfwayTTS:
+        default_voice = "af_heart"
+
         def stream(self, text, **kwargs):
             yield SynthesisResult(np.zeros(600, np.float32), 24000, np.array([1]), "h\u02c8I", text="hi")
             raise BackendError("the GPU fell over")
