@@ -51,8 +51,9 @@ class ChunkSpec:
     """One chunk to synthesise: token ids int64 [T] (boundary zeros included) and style [256].
 
     ``seed`` makes a non-deterministic chunk reproducible (None: fresh);
-    ``priority`` orders the queue (lower first; a stream's chunk index, so a new
-    stream's first chunk is not queued behind a long stream's tenth).
+    ``priority`` orders the queue, lower first (a server passes the time by which
+    a listener needs the chunk, so a new stream's first chunk is not queued
+    behind a long stream's tenth, nor a stream that is falling behind behind both).
     """
 
     input_ids: np.ndarray
@@ -60,7 +61,7 @@ class ChunkSpec:
     speed: float = 1.0
     seed: int | None = None
     deterministic: bool = False
-    priority: int = 0
+    priority: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ class ChunkOutput:
 
 @dataclass(order=True)
 class _Entry:
-    priority: int
+    priority: float
     order: int
     spec: ChunkSpec
     future: Future[ChunkOutput]

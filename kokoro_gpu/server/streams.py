@@ -103,6 +103,10 @@ class SpeechStream:
             raise ApiError(429, str(e), code="server_busy", retry_after=1) from None
         except (InputError, KokoroError) as e:
             raise ApiError(400, str(e), param="input", code="invalid_input") from None
+        except Exception:
+            logger.exception("kokoro_gpu: synthesis failed")
+            raise ApiError(500, "synthesis failed; the server log has the details",
+                           code="internal_error") from None
         if piece is not None:
             self.phonemes += piece.phonemes
             self.samples += len(piece.audio)
@@ -146,10 +150,8 @@ class SpeechResponse(StreamingResponse):
 
                 group.start_soon(run, lambda: self.stream_response(send))
                 await run(lambda: self._until_disconnect(receive))
-        except OSError:
-            logger.info("kokoro_gpu: client went away mid-stream")
-        except Exception:
-            logger.exception("kokoro_gpu: a speech stream failed after its first bytes")
+        except Exception as error:  # the headers are sent: the client sees the stream cut short
+            _log_stream_failure(error)
         finally:
             with anyio.CancelScope(shield=True):
                 await self._stream.close()
@@ -158,6 +160,16 @@ class SpeechResponse(StreamingResponse):
     async def _until_disconnect(receive: Receive) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
+
+
+def _log_stream_failure(error: BaseException) -> None:
+    for e in getattr(error, "exceptions", (error,)):  # a task group's errors come grouped
+        if isinstance(e, OSError):
+            logger.info("kokoro_gpu: client went away mid-stream")
+        elif isinstance(e, ApiError):
+            logger.warning("kokoro_gpu: a speech stream ended early: %s", e.message)
+        else:
+            logger.error("kokoro_gpu: a speech stream failed after its first bytes", exc_info=e)
 
 
 async def _encoded(stream: SpeechStream, encoder: StreamEncoder) -> AsyncIterator[tuple[bytes, AudioPiece]]:

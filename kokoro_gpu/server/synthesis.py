@@ -5,8 +5,10 @@ further line) that are phonemised in a process pool, one piece ahead of the
 audio, so the event loop never runs G2P and the first sentence is synthesised
 without waiting for the rest. Each piece's chunks (at most 510 phonemes, cut at
 sentence and clause ends, as ``KokoroTTS.synthesize`` cuts a line) go to the
-scheduler with the stream's chunk index as priority and at most ``lookahead``
-queued ahead of the one being sent; chunk ``i`` uses ``seed + i``. The joins
+scheduler at most ``lookahead`` ahead of the one being sent, each with the time
+a listener who started at the request would need it as its priority (request
+time + the audio before it: earliest deadline first, so first chunks go early
+and a stream falling behind catches up); chunk ``i`` uses ``seed + i``. The joins
 between chunks get a 5 ms raised-cosine fade out and in, so that no chunk
 boundary clicks; each chunk's audio is sent without its last 5 ms until the
 next chunk (or the end) says whether a join follows.
@@ -114,7 +116,7 @@ class Synthesizer:
             for future, _ in pending:
                 future.cancel()
 
-    def _spec(self, job: SpeechJob, chunk: Chunk, index: int) -> ChunkSpec:
+    def _spec(self, job: SpeechJob, chunk: Chunk, index: int, deadline: float) -> ChunkSpec:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # phoneme characters outside the vocab are dropped
             ids = phonemes_to_ids(chunk.phonemes, self.tts.config.vocab, self.tts.config.max_phonemes)
@@ -124,7 +126,7 @@ class Synthesizer:
             speed=job.speed,
             seed=None if job.seed is None else job.seed + index,
             deterministic=self.deterministic,
-            priority=index,
+            priority=deadline,
         )
 
     async def audio(self, job: SpeechJob) -> AsyncIterator[AudioPiece]:
@@ -133,6 +135,7 @@ class Synthesizer:
         Raises ``InputError`` (before any audio) when the text has nothing to speak.
         """
         chunks = self._chunks(job)
+        started = time.monotonic()
         inflight: deque[tuple[Chunk, Future[ChunkOutput]]] = deque()
         exhausted = False
         index = 0
@@ -146,7 +149,9 @@ class Synthesizer:
                 if chunk is None:
                     exhausted = True
                     return
-                inflight.append((chunk, self.scheduler.submit(self._spec(job, chunk, index))))
+                # The audio before this chunk is at least what is known so far.
+                spec = self._spec(job, chunk, index, started + offset)
+                inflight.append((chunk, self.scheduler.submit(spec)))
                 index += 1
 
         try:
