@@ -61,7 +61,7 @@ ops::ChannelPartials Context::conv1d(const std::string& prefix, ops::ScaledSum x
                                      int c_in, int c_out, int t_in, int kernel, int stride,
                                      int pad, int dilation, int groups, bool bias,
                                      const float* residual, float leaky_slope,
-                                     const char* y_stats_slot) const {
+                                     Slot y_stats_slot) const {
     const int64_t numel = int64_t(c_out) * (c_in / groups) * kernel;
     const float* b = bias ? weights.get(prefix + ".bias", c_out) : nullptr;
     const Kernel path = weights.plan(prefix + ".weight").kernel;
@@ -111,11 +111,11 @@ ops::ChannelPartials Context::adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOr
                                            const std::string& conv_prefix, int kernel,
                                            int dilation, ops::ConstFloatOrHalf residual,
                                            ops::ChannelPartials x_stats,
-                                           const char* y_stats_slot, float out_scale) const {
+                                           Slot y_stats_slot, float out_scale) const {
     const int pad = dilation * (kernel - 1) / 2;
     const std::string weight = conv_prefix + ".weight";
     const bool hidden = y.f16 != nullptr && residual.f32 == nullptr && residual.f16 == nullptr;
-    if (hidden && y_stats_slot == nullptr) {
+    if (hidden && y_stats_slot == Slot::kNone) {
         throw std::logic_error("adain_conv1d " + conv_prefix +
                                ": an FP16 hidden (no bias, no residual) needs a statistics slot");
     }
@@ -125,7 +125,7 @@ ops::ChannelPartials Context::adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOr
             throw std::logic_error("adain_conv1d " + conv_prefix +
                                    ": an output scale or FP16 tensors need its tensor-core weight");
         }
-        float* activated = floats("ops.activated", int64_t(c_in) * T);
+        float* activated = floats(Slot::kActivated, int64_t(c_in) * T);
         adain(x.f32, activated, c_in, T, fc_prefix, act, slope, alpha);
         conv1d(conv_prefix, activated, y.f32, c_in, c_out, T, kernel, 1, pad, dilation, 1, true,
                residual.f32);
@@ -155,7 +155,7 @@ ops::ChannelPartials Context::conv1d_half_rows(const DeviceWeights::HalfConv& w,
                                                int c_out, int t_in, int kernel, int pad,
                                                int dilation, const float* b,
                                                ops::ConstFloatOrHalf residual,
-                                               const char* y_stats_slot, float out_scale) const {
+                                               Slot y_stats_slot, float out_scale) const {
     float* scratch = op_scratch(ops::conv1d_half_rows_scratch_floats(
         c_in, c_out, t_in, kernel, pad, dilation, w.form, conv_streams));
     const ops::ChannelPartials y_stats =
@@ -176,7 +176,7 @@ void Context::pool_conv1d(const std::string& pool_prefix, const std::string& con
         ops::conv_transpose1d_out_len(t_in, kPoolKernel, kPoolStride, kPoolPad, kPoolOutputPad);
     const std::string conv_weight = conv_prefix + ".weight";
     if (!tensor_core(weights.plan(conv_weight).kernel)) {
-        float* pooled = floats("block.pooled", int64_t(c) * t_out);
+        float* pooled = floats(Slot::kBlockPooled, int64_t(c) * t_out);
         conv_transpose1d(pool_prefix, x, pooled, c, c, t_in, kPoolKernel, kPoolStride, kPoolPad,
                          kPoolOutputPad, c);
         conv1d(conv_prefix, pooled, y, c, c_out, t_out, kConvKernel, 1, kConvPad, 1, 1, true);
@@ -194,7 +194,7 @@ void Context::pool_conv1d(const std::string& pool_prefix, const std::string& con
 }
 
 const __half* Context::conv1x1_half(const std::string& prefix, const float* x, int c_in,
-                                    int c_out, int t, const char* y_slot) const {
+                                    int c_out, int t, Slot y_slot) const {
     const DeviceWeights::HalfConv w =
         weights.get_half(prefix + ".weight", int64_t(c_out) * ops::half_rows_pitch(c_in));
     __half* rows = half_rows(c_in, t, w.form);
@@ -209,7 +209,7 @@ ops::ChannelPartials Context::conv_transpose1d(const std::string& prefix, ops::S
                                                int kernel, int stride, int pad,
                                                int output_padding, int groups, float leaky_slope,
                                                int reflect_left, const float* residual,
-                                               const char* y_stats_slot) const {
+                                               Slot y_stats_slot) const {
     const std::string weight = prefix + ".weight";
     const float* b = weights.get(prefix + ".bias", c_out);
     if (groups == 1 && output_padding == 0 && tensor_core(weights.plan(weight).kernel)) {
@@ -243,14 +243,14 @@ ops::ChannelPartials Context::conv_transpose1d(const std::string& prefix, ops::S
 
 const float* Context::leaky_relu_of(const float* x, int64_t n, float leaky_slope) const {
     if (leaky_slope == 1.f) return x;
-    float* activated = floats("ops.activated", n);
+    float* activated = floats(Slot::kActivated, n);
     ops::leaky_relu(x, activated, n, leaky_slope, stream);
     return activated;
 }
 
-ops::ChannelPartials Context::conv_stats(const char* slot, int c, int parts) const {
-    if (slot == nullptr || parts == 0) return {};
-    return {ws.doubles(std::string("ops.conv_stats.") + slot + tag,
+ops::ChannelPartials Context::conv_stats(Slot slot, int c, int parts) const {
+    if (slot == Slot::kNone || parts == 0) return {};
+    return {ws.doubles({slot, 0, slot_stream},
                        int64_t(c) * parts * ops::kPartialDoubles),
             parts};
 }
@@ -271,8 +271,8 @@ void Context::linear(const std::string& prefix, const float* x, float* y, int ro
 // -------------------------------------------------------------- UtteranceRows
 
 UtteranceRows::UtteranceRows(std::vector<int> lengths, Workspace& ws, cudaStream_t stream,
-                             SplitShapes& shapes, const std::string& slots)
-    : lengths_(std::move(lengths)), ws_(&ws), shapes_(&shapes), slots_(slots) {
+                             SplitShapes& shapes, RowsKind kind)
+    : lengths_(std::move(lengths)), ws_(&ws), shapes_(&shapes), kind_(kind) {
     std::vector<int32_t> positions;
     for (const int T : lengths_) {
         offsets_.push_back(rows_);
@@ -280,7 +280,8 @@ UtteranceRows::UtteranceRows(std::vector<int> lengths, Workspace& ws, cudaStream
         for (int t = 0; t < T; ++t) positions.push_back(t);
     }
     if (!stacked()) return;
-    int32_t* dev = ws.ints(slots_ + ".positions", rows_);
+    const Slot slot = kind_ == RowsKind::kTokens ? Slot::kTokenPositions : Slot::kFramePositions;
+    int32_t* dev = ws.ints(slot, rows_);
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(dev, positions.data(), sizeof(int32_t) * rows_,
                                       cudaMemcpyHostToDevice, stream));
     positions_ = dev;
@@ -293,8 +294,11 @@ const int32_t* UtteranceRows::row_chunks(int in, int out, cudaStream_t stream) c
     const auto found = row_chunks_.find(key);
     if (found != row_chunks_.end()) return found->second;
     const std::vector<int32_t> chunks = ops::linear_split_half_row_chunks(lengths_, in, out);
-    const std::string slot =
-        slots_ + ".row_chunks." + std::to_string(in) + "x" + std::to_string(out);
+    // One buffer per shape, at a fixed index, so that later rows of the same
+    // shape reuse it.
+    const SlotKey slot(
+        kind_ == RowsKind::kTokens ? Slot::kTokenRowChunks : Slot::kFrameRowChunks,
+        (int64_t(in) << 32) | uint32_t(out));
     int32_t* dev = ws_->ints(slot, rows_);
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(dev, chunks.data(), sizeof(int32_t) * rows_,
                                       cudaMemcpyHostToDevice, stream));
@@ -311,7 +315,7 @@ Context::SplitPlans Context::split_plans(int rows, int in, int out) const {
         }
         p.row_chunks = utterance_rows->row_chunks(in, out, stream);
     }
-    p.scratch = floats("ops.scratch",
+    p.scratch = floats(Slot::kOpScratch,
                        ops::linear_split_half_scratch_floats(rows, in, out, ops::HalfKernel::kBest,
                                                              p.row_chunks != nullptr));
     return p;
@@ -346,15 +350,15 @@ void Context::lstm(const std::string& prefix, const float* x, float* out, int T)
         // (cuBLAS picks its kernel by the row count: stacked rows would not
         // keep each utterance's bits)
         if (stacked) throw std::logic_error(prefix + ": stacked utterances need a split LSTM");
-        float* scratch = floats("ops.scratch", ops::lstm_scratch_floats(T, l.hidden));
+        float* scratch = floats(Slot::kOpScratch, ops::lstm_scratch_floats(T, l.hidden));
         ops::lstm_bidirectional(blas, x, l.w_ih, l.w_hh, l.b, out, T, l.in, l.hidden, scratch,
                                 stream);
         return;
     }
     // Both directions' input projections as one split linear (its scratch
-    // takes "ops.scratch"), then the recurrence, of every stacked utterance
+    // takes Slot::kOpScratch), then the recurrence, of every stacked utterance
     // at once.
-    float* gx = floats("lstm.gates", ops::lstm_scratch_floats(T, l.hidden));
+    float* gx = floats(Slot::kLstmGates, ops::lstm_scratch_floats(T, l.hidden));
     split_linear(prefix + ".weight_ih", x, l.b, gx, T, l.in, 8 * l.hidden);
     const std::vector<int> lengths = stacked ? utterance_rows->lengths() : std::vector<int>{T};
     ops::lstm_recurrence(gx, l.w_hh, out, lengths, l.hidden, stream);

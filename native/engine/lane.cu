@@ -166,6 +166,7 @@ Context Lane::context(int stream, bool fast, Trace* trace) {
                    trace,
                    fast,
                    kStreamTags[stream],
+                   stream,
                    timing_ ? &marks_ : nullptr};
 }
 
@@ -217,7 +218,8 @@ void Lane::run_phase(GraphCache& cache, GraphKey key, bool capture, Prepare&& pr
 void Lane::take_style_slots() {
     for (int half = 0; half < 2; ++half) {
         const DeviceWeights::StyleBank& bank = weights_.style_bank(static_cast<StyleHalf>(half));
-        style_out_[half] = ws_.floats(half ? "styles.prosody" : "styles.decoder", bank.rows);
+        style_out_[half] =
+            ws_.floats(half ? Slot::kStylesProsody : Slot::kStylesDecoder, bank.rows);
     }
 }
 
@@ -247,7 +249,7 @@ void Lane::token_pass(const Context& ctx, const Context& side, const int32_t* id
     ctx.with_utterance_rows(tokens).linear("bert_encoder", out.bert, out.d_en_rows, rows,
                                            cfg_.bert_hidden, hid);
     if (ctx.trace != nullptr) {
-        float* d_en = ctx.floats("trace.d_en", int64_t(hid) * rows);
+        float* d_en = ctx.floats(Slot::kTraceDEn, int64_t(hid) * rows);
         ops::transpose(out.d_en_rows, d_en, rows, hid, ctx.stream);
         ctx.record("d_en", d_en, {hid, rows});
     }
@@ -278,26 +280,26 @@ void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
     const GraphKey key(lengths.begin(), lengths.end());
     const UtteranceRows tokens(std::move(lengths), ws_, main, split_shapes_);
     const int rows = tokens.rows();
-    int32_t* ids_dev = ws_.ints("group.ids", rows);
+    int32_t* ids_dev = ws_.ints(Slot::kGroupIds, rows);
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(ids_dev, ids.data(), sizeof(int32_t) * rows,
                                       cudaMemcpyHostToDevice, main));
-    float* style = ws_.floats("group.ref_s", int64_t(n) * 2 * sd);
+    float* style = ws_.floats(Slot::kGroupRefS, int64_t(n) * 2 * sd);
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(style, ref_s.data(), sizeof(float) * ref_s.size(),
                                       cudaMemcpyHostToDevice, main));
     float* projections[2];
     int bank_rows[2];
     for (int half = 0; half < 2; ++half) {
         bank_rows[half] = weights_.style_bank(static_cast<StyleHalf>(half)).rows;
-        projections[half] = ws_.floats(half ? "group.styles.prosody" : "group.styles.decoder",
+        projections[half] = ws_.floats(half ? Slot::kGroupStylesProsody : Slot::kGroupStylesDecoder,
                                        int64_t(n) * bank_rows[half]);
     }
-    float* bert = ws_.floats("group.bert", int64_t(rows) * cfg_.bert_hidden);
-    float* d_en_rows = ws_.floats("group.d_en_rows", int64_t(rows) * hid);
-    float* d = ws_.floats("group.d", int64_t(rows) * width);
-    float* dur_lstm = ws_.floats("group.dur_lstm", int64_t(rows) * hid);
-    float* logits = ws_.floats("group.dur_logits", int64_t(rows) * cfg_.max_dur);
-    float* t_en = ws_.floats("group.t_en", int64_t(hid) * rows);
-    int32_t* dur = ws_.ints("group.durations", rows);
+    float* bert = ws_.floats(Slot::kGroupBert, int64_t(rows) * cfg_.bert_hidden);
+    float* d_en_rows = ws_.floats(Slot::kGroupDEnRows, int64_t(rows) * hid);
+    float* d = ws_.floats(Slot::kGroupD, int64_t(rows) * width);
+    float* dur_lstm = ws_.floats(Slot::kGroupDurLstm, int64_t(rows) * hid);
+    float* logits = ws_.floats(Slot::kGroupDurLogits, int64_t(rows) * cfg_.max_dur);
+    float* t_en = ws_.floats(Slot::kGroupTEn, int64_t(hid) * rows);
+    int32_t* dur = ws_.ints(Slot::kGroupDurations, rows);
     const Context ctx = context(0, fast(ModelPart::kTokenPath), nullptr);
     const Context side = context(kSideStream, fast(ModelPart::kTextEncoder), nullptr);
 
@@ -330,10 +332,10 @@ void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
         prefix_key.push_back(frame_lengths[i]);
     }
     const UtteranceRows frame_rows(std::move(frame_lengths), ws_, main, frame_split_shapes_,
-                                   "frames");
-    int32_t* frame_token = ws_.ints("group.frame_token", frame_rows.rows());
-    float* en_rows = ws_.floats("group.en_rows", int64_t(frame_rows.rows()) * width);
-    float* shared_rows = ws_.floats("group.shared_rows", int64_t(frame_rows.rows()) * hid);
+                                   RowsKind::kFrames);
+    int32_t* frame_token = ws_.ints(Slot::kGroupFrameToken, frame_rows.rows());
+    float* en_rows = ws_.floats(Slot::kGroupEnRows, int64_t(frame_rows.rows()) * width);
+    float* shared_rows = ws_.floats(Slot::kGroupSharedRows, int64_t(frame_rows.rows()) * hid);
     run_phase(prefix_graphs_, prefix_key, true, [](CachedGraph&) {}, [&](ops::Stft&) {
         for (size_t i = 0; i < n; ++i) {
             const int64_t row = tokens.offset(int(i)), frame = frame_rows.offset(int(i));
@@ -356,10 +358,10 @@ void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
         for (int half = 0; half < 2; ++half) {
             move(style_out_[half], styles[i].projections[half], sizeof(float) * bank_rows[half]);
         }
-        move(ws_.floats("engine.t_en", int64_t(hid) * T), t_en + row * hid,
+        move(ws_.floats(Slot::kTEn, int64_t(hid) * T), t_en + row * hid,
              sizeof(float) * T * hid);
-        move(ws_.ints("engine.frame_token", F), frame_token + frame, sizeof(int32_t) * F);
-        move(ws_.floats("prosody.shared_rows", int64_t(F) * hid), shared_rows + frame * hid,
+        move(ws_.ints(Slot::kFrameToken, F), frame_token + frame, sizeof(int32_t) * F);
+        move(ws_.floats(Slot::kSharedRows, int64_t(F) * hid), shared_rows + frame * hid,
              sizeof(float) * F * hid);
         results[i] = frames(first[i], std::move(durations[i]), nullptr, true);
     }
@@ -376,20 +378,20 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
     // Inputs (ids as int32, the style vector) and every buffer the two
     // phases share, taken before any graph is looked up.
     std::vector<int32_t> ids32(u.ids, u.ids + T);
-    int32_t* ids_dev = ws_.ints("input.ids", T);
+    int32_t* ids_dev = ws_.ints(Slot::kInputIds, T);
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(ids_dev, ids32.data(), sizeof(int32_t) * T,
                                       cudaMemcpyHostToDevice, main));
-    float* style = ws_.floats("input.ref_s", 2 * sd);
+    float* style = ws_.floats(Slot::kInputRefS, 2 * sd);
     KOKORO_CUDA_CHECK(
         cudaMemcpyAsync(style, u.ref_s, sizeof(float) * 2 * sd, cudaMemcpyHostToDevice, main));
     take_style_slots();
-    float* bert = ws_.floats("engine.bert", int64_t(T) * cfg_.bert_hidden);
-    float* d_en_rows = ws_.floats("engine.d_en_rows", int64_t(T) * hid);
-    float* d = ws_.floats("engine.d", int64_t(T) * width);
-    float* dur_lstm = ws_.floats("engine.dur_lstm", int64_t(T) * hid);
-    float* logits = ws_.floats("engine.dur_logits", int64_t(T) * cfg_.max_dur);
-    float* t_en = ws_.floats("engine.t_en", int64_t(hid) * T);
-    int32_t* dur = ws_.ints("engine.durations", T);
+    float* bert = ws_.floats(Slot::kBert, int64_t(T) * cfg_.bert_hidden);
+    float* d_en_rows = ws_.floats(Slot::kDEnRows, int64_t(T) * hid);
+    float* d = ws_.floats(Slot::kD, int64_t(T) * width);
+    float* dur_lstm = ws_.floats(Slot::kDurLstm, int64_t(T) * hid);
+    float* logits = ws_.floats(Slot::kDurLogits, int64_t(T) * cfg_.max_dur);
+    float* t_en = ws_.floats(Slot::kTEn, int64_t(hid) * T);
+    int32_t* dur = ws_.ints(Slot::kDurations, T);
     const Context ctx = context(0, fast(ModelPart::kTokenPath), trace);
     const Context side = context(kSideStream, fast(ModelPart::kTextEncoder), trace);
     ctx.mark("start");
@@ -418,10 +420,10 @@ ForwardResult Lane::frames(const Utterance& u, std::vector<int32_t> durations, T
     cudaStream_t main = streams_[0].get();
     const bool capture = trace == nullptr;
     // (aligned: the alignment is made, from the group's d and durations)
-    const float* d = aligned ? nullptr : ws_.floats("engine.d", int64_t(T) * width);
-    const float* t_en = ws_.floats("engine.t_en", int64_t(hid) * T);
-    const int32_t* dur = aligned ? nullptr : ws_.ints("engine.durations", T);
-    uint64_t* seed = ws_.words("input.seed", 1);
+    const float* d = aligned ? nullptr : ws_.floats(Slot::kD, int64_t(T) * width);
+    const float* t_en = ws_.floats(Slot::kTEn, int64_t(hid) * T);
+    const int32_t* dur = aligned ? nullptr : ws_.ints(Slot::kDurations, T);
+    uint64_t* seed = ws_.words(Slot::kInputSeed, 1);
     KOKORO_CUDA_CHECK(
         cudaMemcpyAsync(seed, &u.seed, sizeof(uint64_t), cudaMemcpyHostToDevice, main));
     const Context ctx = context(0, fast(ModelPart::kProsodyStacks), trace);
@@ -434,14 +436,14 @@ ForwardResult Lane::frames(const Utterance& u, std::vector<int32_t> durations, T
 
     // Frame side: alignment, shared LSTM (unless aligned), F0 || N, source +
     // STFT + source branches || decoder, generator.
-    int32_t* frame_token = ws_.ints("engine.frame_token", F);
-    float* en_rows = aligned ? nullptr : ws_.floats("engine.en_rows", int64_t(F) * width);
-    float* shared_rows = ws_.floats("prosody.shared_rows", int64_t(F) * hid);
-    float* f0 = ws_.floats("engine.f0", 2 * int64_t(F));
-    float* n = ws_.floats("engine.n", 2 * int64_t(F));
-    float* dec_out = ws_.floats("engine.dec_out", int64_t(cfg_.upsample_initial_channel) * 2 * F);
+    int32_t* frame_token = ws_.ints(Slot::kFrameToken, F);
+    float* en_rows = aligned ? nullptr : ws_.floats(Slot::kEnRows, int64_t(F) * width);
+    float* shared_rows = ws_.floats(Slot::kSharedRows, int64_t(F) * hid);
+    float* f0 = ws_.floats(Slot::kF0, 2 * int64_t(F));
+    float* n = ws_.floats(Slot::kN, 2 * int64_t(F));
+    float* dec_out = ws_.floats(Slot::kDecOut, int64_t(cfg_.upsample_initial_channel) * 2 * F);
     const int64_t samples = 2 * int64_t(F) * cfg_.source_upsampling();
-    float* audio = ws_.floats("engine.audio", samples);
+    float* audio = ws_.floats(Slot::kAudio, samples);
     const GraphKey frame_key{T, F, u.deterministic, aligned};
     const int spec_frames = generator_spec_frames(cfg_, F);
     auto prepare = [&](CachedGraph& entry) {
@@ -453,7 +455,7 @@ ForwardResult Lane::frames(const Utterance& u, std::vector<int32_t> durations, T
             ops::frame_token_index(dur, T, frame_token, main);
             ops::expand_frame_rows(d, frame_token, en_rows, width, F, main);
             if (trace != nullptr) {
-                float* en = ctx.floats("trace.en", int64_t(width) * F);
+                float* en = ctx.floats(Slot::kTraceEn, int64_t(width) * F);
                 ops::transpose(en_rows, en, F, width, main);
                 ctx.record("en", en, {width, F});
             }

@@ -1,5 +1,6 @@
 // The workspace's buffers and the phase marks' events.
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 
 #include "kokoro/check.h"
@@ -15,8 +16,22 @@ Workspace::~Workspace() {
     for (auto& [slot, buffer] : buffers_) static_cast<void>(cudaFree(buffer.ptr));
 }
 
-void* Workspace::get(const std::string& slot, size_t bytes) {
-    Buffer& buffer = buffers_[slot];
+const char* slot_name(Slot slot) {
+    switch (slot) {
+#define KOKORO_SLOT_CASE(id, name) \
+    case Slot::id:                 \
+        return name;
+        KOKORO_WORKSPACE_SLOTS(KOKORO_SLOT_CASE)
+#undef KOKORO_SLOT_CASE
+        case Slot::kNone:
+            break;
+    }
+    return "(none)";
+}
+
+void* Workspace::get(const SlotKey& key, size_t bytes) {
+    if (key.slot == Slot::kNone) throw std::logic_error("workspace: a buffer of no slot");
+    Buffer& buffer = buffers_[key];
     if (buffer.bytes < bytes) {
         if (buffer.ptr != nullptr) {
             // Work already enqueued (or captured) may still read the old buffer.
@@ -26,7 +41,9 @@ void* Workspace::get(const std::string& slot, size_t bytes) {
         }
         // 1/8 headroom so that slowly growing inputs do not reallocate each time.
         const size_t want = ops::round_up(bytes + bytes / 8, 256);
-        buffer.ptr = device_alloc(want, ("the workspace buffer " + slot).c_str());
+        const std::string what = std::string("the workspace buffer ") + slot_name(key.slot) + "." +
+                                 std::to_string(key.index) + "." + std::to_string(key.stream);
+        buffer.ptr = device_alloc(want, what.c_str());
         buffer.bytes = want;
     }
     return buffer.ptr;

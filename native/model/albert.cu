@@ -38,7 +38,7 @@ void albert_forward(const Context& base, const int32_t* ids, const UtteranceRows
     const int T = tokens.rows();
     const std::string layer = kLayer;
 
-    float* embedded = ctx.floats("albert.embedded", int64_t(T) * emb);
+    float* embedded = ctx.floats(Slot::kAlbertEmbedded, int64_t(T) * emb);
     const float* word = ctx.w("bert.embeddings.word_embeddings.weight", int64_t(cfg.n_token) * emb);
     const float* pos =
         ctx.w("bert.embeddings.position_embeddings.weight", int64_t(cfg.bert_positions) * emb);
@@ -69,16 +69,16 @@ void albert_forward(const Context& base, const int32_t* ids, const UtteranceRows
         if (split) longest_split = std::max(longest_split, n);
         all_split = all_split && split;
     }
-    float* qkv = ctx.floats("albert.qkv", int64_t(T) * 3 * hid);
-    float* attended = ctx.floats("albert.attended", int64_t(T) * hid);
-    float* scores = ctx.floats("albert.scores", ops::attention_scratch_floats(longest, heads));
+    float* qkv = ctx.floats(Slot::kAlbertQkv, int64_t(T) * 3 * hid);
+    float* attended = ctx.floats(Slot::kAlbertAttended, int64_t(T) * hid);
+    float* scores = ctx.floats(Slot::kAlbertScores, ops::attention_scratch_floats(longest, heads));
     __half* attention_halves =
         longest_split > 0
-            ? ctx.halves("albert.attention_split",
+            ? ctx.halves(Slot::kAlbertAttentionSplit,
                          ops::attention_split_half_scratch_halves(longest_split, heads, head_dim))
             : nullptr;
     const float* qkv_b = ctx.w(qkv_prefix + ".bias", 3 * int64_t(hid));
-    float* ffn = ctx.floats("albert.ffn", int64_t(T) * inter);
+    float* ffn = ctx.floats(Slot::kAlbertFfn, int64_t(T) * inter);
     const float* attn_ln_w = ctx.w(layer + ".attention.LayerNorm.weight", hid);
     const float* attn_ln_b = ctx.w(layer + ".attention.LayerNorm.bias", hid);
     const float* full_ln_w = ctx.w(layer + ".full_layer_layer_norm.weight", hid);

@@ -36,7 +36,7 @@ void adain_res_blk1d(const Context& ctx, const Context& shortcut_ctx, const std:
     if (apart) shortcut_ctx.wait_for(ctx);  // x
     auto upsampled = [&](const float* src, int channels) -> const float* {
         if (!upsample) return src;
-        float* buffer = shortcut_ctx.floats("block.upsampled", int64_t(channels) * t_out);
+        float* buffer = shortcut_ctx.floats(Slot::kBlockUpsampled, int64_t(channels) * t_out);
         ops::upsample_nearest(src, buffer, channels, T, 2, shortcut_ctx.stream);
         return buffer;
     };
@@ -44,9 +44,9 @@ void adain_res_blk1d(const Context& ctx, const Context& shortcut_ctx, const std:
     const std::string conv1x1 = prefix + ".conv1x1";
     if (c_in != c_out && tensor_core(shortcut_ctx.weights.plan(conv1x1 + ".weight").kernel)) {
         shortcut = shortcut_ctx.conv1x1_half(conv1x1, upsampled(x, c_in), c_in, c_out, t_out,
-                                     "block.shortcut_half");
+                                     Slot::kBlockShortcutHalf);
     } else if (c_in != c_out) {
-        float* projected = shortcut_ctx.floats("block.shortcut", int64_t(c_out) * T);
+        float* projected = shortcut_ctx.floats(Slot::kBlockShortcut, int64_t(c_out) * T);
         shortcut_ctx.conv1d(conv1x1, x, projected, c_in, c_out, T, 1, 1, 0, 1, 1, false);
         shortcut = upsampled(projected, c_out);
     } else {
@@ -54,24 +54,25 @@ void adain_res_blk1d(const Context& ctx, const Context& shortcut_ctx, const std:
     }
 
     // Residual: AdaIN + LeakyReLU, [depthwise x2 upsampler], conv, AdaIN + LeakyReLU, conv.
-    float* hidden = ctx.floats("block.hidden", int64_t(c_out) * t_out);
+    float* hidden = ctx.floats(Slot::kBlockHidden, int64_t(c_out) * t_out);
     ops::ChannelPartials hidden_stats{};
     if (upsample) {
-        float* normed = ctx.floats("block.normed", int64_t(c_in) * T);
+        float* normed = ctx.floats(Slot::kBlockNormed, int64_t(c_in) * T);
         ctx.adain(x, normed, c_in, T, prefix + ".norm1.fc", ops::Activation::kLeakyRelu,
                   kLeakySlope, nullptr);
         ctx.pool_conv1d(prefix + ".pool", prefix + ".conv1", normed, hidden, c_in, c_out, T);
     } else {
         hidden_stats = ctx.adain_conv1d(x, hidden, c_in, c_out, T, prefix + ".norm1.fc",
                                         ops::Activation::kLeakyRelu, kLeakySlope, nullptr,
-                                        prefix + ".conv1", 3, 1, nullptr, {}, "block.hidden");
+                                        prefix + ".conv1", 3, 1, nullptr, {},
+                                        Slot::kStatsBlockHidden);
     }
     // out = (residual + shortcut) / sqrt(2), all in the last conv's epilogue.
     if (apart) ctx.wait_for(shortcut_ctx);
     const float inv_sqrt2 = static_cast<float>(1.0 / std::sqrt(2.0));
     ctx.adain_conv1d(hidden, out, c_out, c_out, t_out, prefix + ".norm2.fc",
                      ops::Activation::kLeakyRelu, kLeakySlope, nullptr, prefix + ".conv2", 3, 1,
-                     shortcut, hidden_stats, nullptr, inv_sqrt2);
+                     shortcut, hidden_stats, Slot::kNone, inv_sqrt2);
 }
 
 void decoder_forward(const Context& ctx, const Context& shortcut_ctx, const float* t_en,
@@ -82,7 +83,7 @@ void decoder_forward(const Context& ctx, const Context& shortcut_ctx, const floa
     const int cat_rows = kEncodeChannels + side_rows;
 
     // encode input [asr; F0 down; N down], asr = t_en @ alignment.
-    float* encode_in = ctx.floats("decoder.encode_in", int64_t(hid + 2) * F);
+    float* encode_in = ctx.floats(Slot::kDecoderEncodeIn, int64_t(hid + 2) * F);
     ops::expand_frames(t_en, frame_token, encode_in, hid, T, F, ctx.stream);
     ctx.record("asr", encode_in, {hid, F});
     float* f0_down = encode_in + int64_t(hid) * F;
@@ -92,8 +93,8 @@ void decoder_forward(const Context& ctx, const Context& shortcut_ctx, const floa
 
     // The side rows [asr_res; F0 down; N down] of both cat buffers, on the
     // shortcut_ctx beside the encode block (whose shortcut queues after them there).
-    float* cat[2] = {ctx.floats("decoder.cat_a", int64_t(cat_rows) * F),
-                     ctx.floats("decoder.cat_b", int64_t(cat_rows) * F)};
+    float* cat[2] = {ctx.floats(Slot::kDecoderCatA, int64_t(cat_rows) * F),
+                     ctx.floats(Slot::kDecoderCatB, int64_t(cat_rows) * F)};
     float* side = cat[0] + int64_t(kEncodeChannels) * F;
     shortcut_ctx.wait_for(ctx);  // encode_in
     shortcut_ctx.conv1d("decoder.asr_res.0", encode_in, side, hid, kAsrResChannels, F, 1, 1, 0, 1,

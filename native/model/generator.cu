@@ -66,9 +66,9 @@ public:
           kernel_(kernel),
           dilations_(dilations),
           hidden_(ctx.fast ? ops::FloatOrHalf(
-                                 ctx.halves("resblock.hidden", ops::half_channels_values(C, T)))
-                           : ops::FloatOrHalf(ctx.floats("resblock.hidden", int64_t(C) * T))),
-          stream_(ctx.fast ? ctx.halves("resblock.stream", ops::half_channels_values(C, T))
+                                 ctx.halves(Slot::kResblockHidden, ops::half_channels_values(C, T)))
+                           : ops::FloatOrHalf(ctx.floats(Slot::kResblockHidden, int64_t(C) * T))),
+          stream_(ctx.fast ? ctx.halves(Slot::kResblockStream, ops::half_channels_values(C, T))
                            : nullptr),
           in_(x),
           in_stats_(x_stats) {}
@@ -82,7 +82,7 @@ public:
                 in_, hidden_, C_, C_, T_, prefix_ + ".adain1." + idx + ".fc",
                 ops::Activation::kSnake, 0.f, ctx_.w(prefix_ + ".alpha1." + idx, C_),
                 prefix_ + ".convs1." + idx, kernel_, dilations_[j], nullptr, in_stats_,
-                "resblock.hidden");
+                Slot::kStatsResblockHidden);
             return;
         }
         const bool last = j + 1 == dilations_.size();
@@ -90,7 +90,7 @@ public:
         in_stats_ = ctx_.adain_conv1d(
             hidden_, y, C_, C_, T_, prefix_ + ".adain2." + idx + ".fc", ops::Activation::kSnake,
             0.f, ctx_.w(prefix_ + ".alpha2." + idx, C_), prefix_ + ".convs2." + idx, kernel_, 1,
-            in_, hidden_stats_, last ? nullptr : "resblock.out");
+            in_, hidden_stats_, last ? Slot::kNone : Slot::kStatsResblockOut);
         in_ = y;
     }
 
@@ -131,9 +131,9 @@ const float* generator_source(const Context& ctx, ops::Stft& stft, const float* 
     const std::string g = "decoder.generator";
     const int f0_len = 2 * F;
     const int samples = f0_len * cfg.source_upsampling();
-    float* har_source = ctx.floats("generator.har_source", samples);
+    float* har_source = ctx.floats(Slot::kGeneratorHarSource, samples);
     double* source_scratch = ctx.ws.doubles(
-        "generator.source_scratch",
+        Slot::kGeneratorSourceScratch,
         ops::harmonic_source_scratch_doubles(f0_len, cfg.source_upsampling(), kHarmonics));
     ops::harmonic_source(f0, f0_len, cfg.source_upsampling(), kHarmonics, kSampleRate, kSineAmp,
                          kNoiseStd, kVoicedThreshold,
@@ -144,7 +144,7 @@ const float* generator_source(const Context& ctx, ops::Stft& stft, const float* 
     const int spec_rows = cfg.n_fft + 2;
     const int spec_frames = generator_spec_frames(cfg, F);
     check_length("source STFT", stft.frames(samples), spec_frames);
-    float* har = ctx.floats("generator.har", int64_t(spec_rows) * spec_frames);
+    float* har = ctx.floats(Slot::kGeneratorHar, int64_t(spec_rows) * spec_frames);
     stft.forward(har_source, samples, har, ctx.stream);
     ctx.record("har", har, {spec_rows, spec_frames});
     return har;
@@ -195,14 +195,15 @@ float* source_branch(const Context& ctx, const float* har, int i, int F) {
     const bool last = size_t(i) + 1 == cfg.upsample_rates.size();
     const int spec_rows = cfg.n_fft + 2;
     const int spec_frames = generator_spec_frames(cfg, F);
-    float* source = ctx.ws.floats("generator.source." + idx, int64_t(s.c_out) * s.t_out);
+    float* source = ctx.ws.floats({Slot::kGeneratorSource, i}, int64_t(s.c_out) * s.t_out);
     const NoiseConv noise = noise_conv(cfg, i);
     check_length("noise_convs." + idx,
                  ops::conv1d_out_len(spec_frames, noise.kernel, noise.stride, noise.pad, 1),
                  s.t_out);
     const ops::ChannelPartials source_stats =
         ctx.conv1d(g + ".noise_convs." + idx, har, source, spec_rows, s.c_out, spec_frames,
-                   noise.kernel, noise.stride, noise.pad, 1, 1, true, nullptr, 1.f, "noise_conv");
+                   noise.kernel, noise.stride, noise.pad, 1, 1, true, nullptr, 1.f,
+                   Slot::kStatsNoiseConv);
     adain_resblock1(ctx, g + ".noise_res." + idx, source, source, s.c_out, s.t_out,
                     last ? kLastNoiseResKernel : kNoiseResKernel, cfg.resblock_dilation_sizes[0],
                     source_stats);
@@ -275,12 +276,13 @@ void generator_forward(const Context& ctx, const GeneratorSchedule& schedule, op
                             s.c_in, s.c_out, s.t_in, kernel, rate, pad, reflect,
                             half_operands(ctx.weights.plan(ups + ".weight").operands)) > 0;
         const ops::FloatOrHalf stage_in =
-            half_in ? ops::FloatOrHalf(ctx.halves("generator.stage_in",
+            half_in ? ops::FloatOrHalf(ctx.halves(Slot::kGeneratorStageIn,
                                                   ops::half_channels_values(s.c_out, s.t_out)))
                     : ops::FloatOrHalf(source);
         const ops::ChannelPartials in_stats =
             ctx.conv_transpose1d(ups, stage_x, stage_in, s.c_in, s.c_out, s.t_in,
-                                 kernel, rate, pad, 0, 1, kStageSlope, reflect, source, "stage_in");
+                                 kernel, rate, pad, 0, 1, kStageSlope, reflect, source,
+                                 Slot::kStatsStageIn);
         // stage_x is consumed: the blocks' outputs may take its buffers.
         // Mean of the stage's residual blocks, ((out0 + out1) + out2) / 3 in
         // block order either way (the same bits sequential or concurrent),
@@ -297,12 +299,12 @@ void generator_forward(const Context& ctx, const GeneratorSchedule& schedule, op
         std::vector<ops::FloatOrHalf> outs;
         for (int j = 0; j < n_kernels; ++j) {
             if (ctx.fast) {
-                outs.emplace_back(ctx.halves("generator.block_out." + std::to_string(j),
-                                             ops::half_channels_values(s.c_out, s.t_out)));
+                outs.emplace_back(ctx.halves(Slot::kGeneratorBlockOut,
+                                             ops::half_channels_values(s.c_out, s.t_out), j));
             } else {
-                outs.emplace_back(j == 0               ? ctx.floats("generator.mean", n)
+                outs.emplace_back(j == 0               ? ctx.floats(Slot::kGeneratorMean, n)
                                   : j + 1 == n_kernels ? source
-                                                       : ctx.floats("generator.branch", n));
+                                                       : ctx.floats(Slot::kGeneratorBranch, n));
             }
         }
         std::vector<Resblock1> blocks;
@@ -356,7 +358,7 @@ void generator_forward(const Context& ctx, const GeneratorSchedule& schedule, op
     }
 
     check_length("conv_post input", s.t_out, spec_frames);
-    float* logits = ctx.floats("generator.logits", int64_t(spec_rows) * s.t_out);
+    float* logits = ctx.floats(Slot::kGeneratorLogits, int64_t(spec_rows) * s.t_out);
     ctx.conv1d(g + ".conv_post", stage_x, logits, s.c_out, spec_rows, s.t_out, kPostKernel, 1,
                (kPostKernel - 1) / 2, 1, 1, true, nullptr, kPostSlope);
     ctx.record("gen_post", logits, {spec_rows, s.t_out});

@@ -32,7 +32,7 @@ void duration_encoder_forward(const Context& ctx, const UtteranceRows& tokens,
     const int longest = tokens.longest();
     // d = [d_en^T | s on every row], built channels-first (s broadcast over
     // time by nearest upsampling) and transposed; the style columns never change.
-    float* channels_first = ctx.floats("prosody.encoder_in", int64_t(width) * longest);
+    float* channels_first = ctx.floats(Slot::kProsodyEncoderIn, int64_t(width) * longest);
     for (int u = 0; u < tokens.count(); ++u) {
         const int T = tokens.length(u);
         const int64_t row = tokens.offset(u);
@@ -43,7 +43,7 @@ void duration_encoder_forward(const Context& ctx, const UtteranceRows& tokens,
     }
 
     const Context stacked = ctx.with_utterance_rows(tokens);
-    float* lstm_out = ctx.floats("prosody.encoder_lstm", int64_t(rows) * hid);
+    float* lstm_out = ctx.floats(Slot::kProsodyEncoderLstm, int64_t(rows) * hid);
     for (int i = 0; i < ctx.cfg.n_layer; ++i) {
         const std::string lstm = "predictor.text_encoder.lstms." + std::to_string(2 * i);
         const std::string norm_fc =
@@ -80,7 +80,7 @@ void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_sho
     const int hid = ctx.cfg.hidden_dim;
     const int half = hid / 2;
 
-    float* shared = ctx.floats("prosody.shared", int64_t(hid) * F);
+    float* shared = ctx.floats(Slot::kProsodyShared, int64_t(hid) * F);
     ops::transpose(shared_rows, shared, F, hid, ctx.stream);
 
     // The two stacks are independent: N on n_ctx's stream, F0 on ctx's.
@@ -94,9 +94,9 @@ void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_sho
     for (const auto& stack : stacks) {
         const Context& sc = stack.ctx;
         const std::string p = std::string("predictor.") + stack.name;
-        float* a = sc.floats("prosody.stack_a", int64_t(hid) * F);
-        float* b = sc.floats("prosody.stack_b", int64_t(half) * 2 * F);
-        float* c = sc.floats("prosody.stack_c", int64_t(half) * 2 * F);
+        float* a = sc.floats(Slot::kProsodyStackA, int64_t(hid) * F);
+        float* b = sc.floats(Slot::kProsodyStackB, int64_t(half) * 2 * F);
+        float* c = sc.floats(Slot::kProsodyStackC, int64_t(half) * 2 * F);
         adain_res_blk1d(sc, stack.shortcuts, p + ".0", shared, hid, hid, F, false, a);
         adain_res_blk1d(sc, stack.shortcuts, p + ".1", a, hid, half, F, true, b);
         adain_res_blk1d(sc, stack.shortcuts, p + ".2", b, half, half, 2 * F, false, c);

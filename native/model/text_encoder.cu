@@ -22,11 +22,11 @@ void text_encoder_forward(const Context& ctx, const int32_t* ids, const Utteranc
     const int rows = tokens.rows();
     const int longest = tokens.longest();
 
-    float* stacked = ctx.floats("text.rows", int64_t(rows) * C);
+    float* stacked = ctx.floats(Slot::kTextRows, int64_t(rows) * C);
     ops::embedding(ids, ctx.w("text_encoder.embedding.weight", int64_t(ctx.cfg.n_token) * C),
                    stacked, rows, C, ctx.stream);
-    float* x = ctx.floats("text.x", int64_t(C) * longest);
-    float* y = ctx.floats("text.y", int64_t(C) * longest);
+    float* x = ctx.floats(Slot::kTextX, int64_t(C) * longest);
+    float* y = ctx.floats(Slot::kTextY, int64_t(C) * longest);
     for (int u = 0; u < tokens.count(); ++u) {
         const int T = tokens.length(u);
         const int64_t n = int64_t(C) * T;
@@ -41,7 +41,7 @@ void text_encoder_forward(const Context& ctx, const int32_t* ids, const Utteranc
         }
         ops::transpose(x, rows_u, C, T, ctx.stream);
     }
-    float* lstm_out = ctx.floats("text.lstm_out", int64_t(rows) * C);
+    float* lstm_out = ctx.floats(Slot::kTextLstmOut, int64_t(rows) * C);
     ctx.with_utterance_rows(tokens).lstm("text_encoder.lstm", stacked, lstm_out, rows);
     for (int u = 0; u < tokens.count(); ++u) {
         const int64_t at = int64_t(tokens.offset(u)) * C;

@@ -6,7 +6,7 @@
 //   vectors, optional trace, and whether its part runs fast (the precision
 //   plan's part table), with the layers that look up their weights and take
 //   their path from the plan. Two contexts on two streams may run model
-//   parts concurrently: each names its workspace slots with its own tag,
+//   parts concurrently: each keys its workspace slots with its own stream,
 //   and wait_for() orders them by events.
 #pragma once
 
@@ -44,7 +44,7 @@ using SplitShapes = std::set<std::pair<int, int>>;
 // The rows a layer runs on, tokens or frames: one utterance's T, or several
 // utterances' stacked (a batch's group: utterance i at rows offset(i) ..
 // offset(i) + length(i) - 1). Row-wise ops take a stack as more rows. Its
-// device tables (workspace slots "<slots>.*", uploaded on the given stream,
+// device tables (the workspace slots of its RowsKind, uploaded on the given stream,
 // or a shape's on the stream of the op that first reads it: row_chunks)
 // give each row its position within its utterance and, per linear shape,
 // the split plan a call on its utterance alone would take (ops::
@@ -53,13 +53,14 @@ using SplitShapes = std::set<std::pair<int, int>>;
 // are made, and a shape met later joins it: the uploads cannot go into a
 // graph capture, which therefore needs a pass over the same shapes before
 // it (Lane::run_phase's first sight of a key runs uncaptured).
+// Which rows: a lane's token and frame rows keep their tables apart.
+enum class RowsKind { kTokens, kFrames };
+
 class UtteranceRows {
 public:
     explicit UtteranceRows(int T) : lengths_{T}, offsets_{0}, rows_(T) {}
-    // `slots`: the workspace slots' prefix (a lane's token and frame rows
-    // keep their tables apart).
     UtteranceRows(std::vector<int> lengths, Workspace& ws, cudaStream_t stream,
-                  SplitShapes& shapes, const std::string& slots = "tokens");
+                  SplitShapes& shapes, RowsKind kind = RowsKind::kTokens);
     int rows() const { return rows_; }
     int count() const { return int(lengths_.size()); }
     int length(int i) const { return lengths_[i]; }
@@ -82,7 +83,7 @@ private:
     int rows_ = 0;
     Workspace* ws_ = nullptr;
     SplitShapes* shapes_ = nullptr;
-    std::string slots_;
+    RowsKind kind_ = RowsKind::kTokens;
     const int32_t* positions_ = nullptr;
     mutable std::map<std::pair<int, int>, const int32_t*> row_chunks_;
 };
@@ -104,18 +105,23 @@ struct Context {
     const float* style_out[2];  // fc(s) results of each style bank, on the device
     Trace* trace;               // null unless intermediates were asked for
     bool fast;                  // TF32 GEMMs (precision "fast"; the conv forms follow the weights)
-    const char* tag;            // suffix of this context's workspace slot names
+    const char* tag;            // the stream's name in phase marks ("" for the main stream)
+    int slot_stream;            // the stream that keys this context's workspace slots
     PhaseMarks* marks;          // null unless phase timing is on
     int conv_streams = 1;       // tensor-core convs running at once (their plans share the GPU)
     // Stacked utterances' rows (the split linears' plans; null: none).
     const UtteranceRows* utterance_rows = nullptr;
 
-    // The workspace buffer `slot` of this context (its tag appended).
-    float* floats(const std::string& slot, int64_t count) const { return ws.floats(slot + tag, count); }
-    __half* halves(const std::string& slot, int64_t count) const { return ws.halves(slot + tag, count); }
+    // The workspace buffer `slot` (its `index`-th) of this context's stream.
+    float* floats(Slot slot, int64_t count, int64_t index = 0) const {
+        return ws.floats({slot, index, slot_stream}, count);
+    }
+    __half* halves(Slot slot, int64_t count, int64_t index = 0) const {
+        return ws.halves({slot, index, slot_stream}, count);
+    }
     // The partial-statistics scratch of an AdaIN on [C, T] (ops::adain_scratch_doubles).
     double* adain_partials(int C, int T) const {
-        return ws.doubles(std::string("ops.adain_partials") + tag, ops::adain_scratch_doubles(C, T));
+        return ws.doubles({Slot::kAdainPartials, 0, slot_stream}, ops::adain_scratch_doubles(C, T));
     }
     // Work enqueued on this context from now on waits for everything
     // enqueued on `other` so far (an event; also a graph-capture edge).
@@ -150,6 +156,7 @@ struct Context {
     Context with_slots_of(const Context& other) const {
         Context c = *this;
         c.tag = other.tag;
+        c.slot_stream = other.slot_stream;
         return c;
     }
     ops::GemmMath gemm_math() const { return fast ? ops::GemmMath::kTf32 : ops::GemmMath::kFp32; }
@@ -174,20 +181,20 @@ struct Context {
     // rows first, in the weight's form, act on the way); the others in fp32,
     // or TF32 GEMMs where `fast`.
     // x may be a ScaledSum of several tensors where the conv has a
-    // tensor-core weight. y_stats_slot (may be null): as adain_conv1d's;
+    // tensor-core weight. y_stats_slot (may be kNone): as adain_conv1d's;
     // returns y's partials where the conv writes them (ops::conv1d_stats_parts).
     ops::ChannelPartials conv1d(const std::string& prefix, ops::ScaledSum x, float* y, int c_in,
                                 int c_out, int t_in, int kernel, int stride, int pad,
                                 int dilation, int groups, bool bias,
                                 const float* residual = nullptr, float leaky_slope = 1.f,
-                                const char* y_stats_slot = nullptr) const;
+                                Slot y_stats_slot = Slot::kNone) const;
     // AdaIN1d + activation (style `fc_prefix`, `alpha` only for Snake) on x
     // [c_in, T], then the dense stride-1 conv `conv_prefix` (with bias, same
     // length): y = conv(act(adain(x))) (+ residual). For a tensor-core conv
     // the activation is written straight as FP16 half rows; otherwise through
     // an fp32 buffer. y may equal residual, not x. x_stats: x's statistics
     // partials, as the conv that wrote x returned them (none: AdaIN computes
-    // them). y_stats_slot (may be null): a workspace slot for y's partials,
+    // them). y_stats_slot (may be kNone): a workspace slot for y's partials,
     // for the AdaIN that reads y next; returns them, or none where the conv
     // cannot write them (ops::conv1d_half_rows_stats_parts). A slot's
     // partials live until the next call that names it. out_scale: y = (conv
@@ -207,7 +214,7 @@ struct Context {
                                       const std::string& conv_prefix, int kernel, int dilation,
                                       ops::ConstFloatOrHalf residual = nullptr,
                                       ops::ChannelPartials x_stats = {},
-                                      const char* y_stats_slot = nullptr,
+                                      Slot y_stats_slot = Slot::kNone,
                                       float out_scale = 1.f) const;
     // The tensor-core conv with weight `w` on half rows [t_in, ld] in w's
     // form (or a raw input); y_stats_slot and out_scale as adain_conv1d's.
@@ -215,7 +222,7 @@ struct Context {
                                           ops::FloatOrHalf y, int c_in, int c_out, int t_in,
                                           int kernel, int pad, int dilation, const float* b,
                                           ops::ConstFloatOrHalf residual,
-                                          const char* y_stats_slot = nullptr,
+                                          Slot y_stats_slot = Slot::kNone,
                                           float out_scale = 1.f) const;
     // An AdainResBlk1d's learned upsampler (`pool_prefix`: depthwise
     // ConvTranspose1d k3, stride 2, pad 1, output pad 1) of x [c, t_in], then
@@ -228,19 +235,20 @@ struct Context {
     // (the precision plan's 1x1 block shortcuts): y [c_out, t] FP16 channels-first in the
     // workspace slot `y_slot`, on the tensor-core conv (K = 1).
     const __half* conv1x1_half(const std::string& prefix, const float* x, int c_in, int c_out,
-                               int t, const char* y_slot) const;
+                               int t, Slot y_slot) const;
     // x itself for leaky_slope 1, else LeakyReLU(leaky_slope) of its n values
-    // (workspace slot "ops.activated").
+    // (workspace slot Slot::kActivated).
     const float* leaky_relu_of(const float* x, int64_t n, float leaky_slope) const;
-    // A conv's output statistics partials in the workspace slot named by
-    // `slot`, c channels of `parts` (what the conv's *_stats_parts says); none
-    // for a null slot or parts 0.
-    ops::ChannelPartials conv_stats(const char* slot, int c, int parts) const;
-    // An op's scratch of n floats (workspace slot "ops.scratch"); null for 0.
-    float* op_scratch(int64_t n) const { return n > 0 ? floats("ops.scratch", n) : nullptr; }
+    // A conv's output statistics partials in the workspace slot `slot`, c
+    // channels of `parts` (what the conv's *_stats_parts says); none for
+    // kNone or parts 0.
+    ops::ChannelPartials conv_stats(Slot slot, int c, int parts) const;
+    // An op's scratch of n floats (workspace slot Slot::kOpScratch); null for 0.
+    float* op_scratch(int64_t n) const { return n > 0 ? floats(Slot::kOpScratch, n) : nullptr; }
     // Workspace half rows for [c, t] in `form`.
     __half* half_rows(int c, int t, ops::HalfOperands form) const {
-        return halves("ops.half_rows", int64_t(ops::half_parts(form)) * t * ops::half_rows_pitch(c));
+        return halves(Slot::kHalfRows,
+                      int64_t(ops::half_parts(form)) * t * ops::half_rows_pitch(c));
     }
     // ConvTranspose1d with bias, x [c_in, t_in] -> y [c_out, reflect_left +
     // t_out]: y = pad(conv_transpose(act(x)) + b) + residual, act =
@@ -257,7 +265,7 @@ struct Context {
                                           int pad, int output_padding, int groups,
                                           float leaky_slope = 1.f, int reflect_left = 0,
                                           const float* residual = nullptr,
-                                          const char* y_stats_slot = nullptr) const;
+                                          Slot y_stats_slot = Slot::kNone) const;
     // AdaIN1d + activation on x [C, T] -> y (may equal x), with the style of
     // the projection `fc_prefix`; `alpha` only for Snake.
     void adain(const float* x, float* y, int C, int T, const std::string& fc_prefix,
@@ -268,16 +276,16 @@ struct Context {
     void linear(const std::string& prefix, const float* x, float* y, int rows, int in, int out,
                 float beta = 0.f, bool with_bias = true) const;
     // The same on split FP16 weight `weight` (DeviceWeights::split_linear)
-    // with bias b (may be null); its scratch takes "ops.scratch".
+    // with bias b (may be null); its scratch takes Slot::kOpScratch.
     void split_linear(const std::string& weight, const float* x, const float* b, float* y,
                       int rows, int in, int out, float beta = 0.f) const;
     // The split FP16 operand buffer of the split linears (workspace slot
-    // "ops.split_rows"): where an op writes a split linear's input itself.
+    // Slot::kSplitRows): where an op writes a split linear's input itself.
     __half* split_input(int rows, int in) const {
-        return halves("ops.split_rows", 2 * int64_t(rows) * ops::split_pitch(in));
+        return halves(Slot::kSplitRows, 2 * int64_t(rows) * ops::split_pitch(in));
     }
     // The same without its bias, the split linear's sums (fast) left to the
-    // op that reads the returned SplitSums (nothing else may take "ops.scratch"
+    // op that reads the returned SplitSums (nothing else may take Slot::kOpScratch
     // before it); other weights' GEMMs write y.
     ops::SplitSums linear_sums(const std::string& prefix, const float* x, float* y, int rows,
                                int in, int out, float beta = 0.f) const;
@@ -288,7 +296,7 @@ struct Context {
 private:
     // A split linear's plans on `rows` rows: tokens' row_chunks where tokens
     // is a stack (then rows must be all its rows), else null; its scratch
-    // (workspace slot "ops.scratch").
+    // (workspace slot Slot::kOpScratch).
     struct SplitPlans {
         const int32_t* row_chunks = nullptr;
         float* scratch = nullptr;

@@ -70,7 +70,7 @@ constexpr size_t kResblockBlasWorkspaceBytes = kBlasWorkspaceBytes / 4;
 constexpr int kStreams = 2 + kResblockStreams;
 constexpr int kSideStream = 1;
 const char* const kStreamTags[] = {"", ".side", ".res1", ".res2"};
-static_assert(sizeof(kStreamTags) / sizeof(kStreamTags[0]) == kStreams, "one slot tag per stream");
+static_assert(sizeof(kStreamTags) / sizeof(kStreamTags[0]) == kStreams, "one name per stream");
 
 // A captured phase: the executable graph, the workspace generation it was
 // captured at, and (frame phase) the STFT plans its cuFFT nodes use.
