@@ -186,3 +186,18 @@ def test_missing_tensor_is_a_checkpoint_error(cfg, weights):
     del partial["decoder.generator.conv_post.weight"]
     with pytest.raises(CheckpointError, match="conv_post"):
         KModelCPU(cfg, partial)
+
+
+def test_branches_on_threads_match_one_thread(cfg, weights, inputs, traced, monkeypatch):
+    """The worker-thread schedule (and split GEMMs) computes what one thread computes."""
+    from kokoro_gpu.ops import parallel
+
+    monkeypatch.setattr(parallel, "worker_count", lambda: 1)
+    monkeypatch.setattr("kokoro_gpu.ops.fast_conv.worker_count", lambda: 1)
+    trace: dict[str, np.ndarray] = {}
+    audio, dur = KModelCPU(cfg, weights).forward_with_tokens(*inputs, 1.0, trace=trace)
+    np.testing.assert_array_equal(dur, traced[1])
+    for key in ("t_en", "F0", "N", "dec_out", "gen_post"):
+        scale = np.abs(trace[key]).max()
+        np.testing.assert_allclose(trace[key], traced[2][key], rtol=1e-5, atol=1e-5 * scale)
+    np.testing.assert_allclose(audio, traced[0], rtol=1e-4, atol=1e-4 * np.abs(audio).max())
