@@ -222,3 +222,41 @@ def test_default_batch_size_follows_the_device():
         assert cpu.max_batch == 1 and gpu.max_batch == 64
     with pytest.raises(ValueError):
         ChunkScheduler(RecordingBackend(), max_batch=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "seeded"])
+def test_cuda_concurrent_submitters_equal_one_by_one(tmp_path_factory, deterministic):
+    """The CUDA engine: 48 chunks of mixed lengths, voices and speeds from 8 threads, batched
+    (up to 16 a batch), each equal to its own one-by-one ``forward``."""
+    from kokoro_gpu.backends import cuda_state
+
+    state = cuda_state()
+    if not state.usable:
+        pytest.skip(f"CUDA unavailable: {state.reason}")
+    from kokoro_gpu.random_weights import write_model_dir
+
+    path = write_model_dir(tmp_path_factory.mktemp("model"), seed=5, voices=["af_heart", "am_adam"])
+    tts = KokoroTTS.from_pretrained(path, device="cuda")
+    rng = np.random.default_rng(0)
+    phoneme_set = [c for c in tts.config.vocab if c.isalpha()]
+    specs = []
+    for k in range(48):
+        phonemes = "".join(rng.choice(phoneme_set, int(rng.integers(5, 200))))
+        ids = phonemes_to_ids(phonemes, tts.config.vocab, tts.config.max_phonemes)
+        ref_s = style_for(tts.voices.load(("af_heart", "am_adam")[k % 2]), phonemes)
+        specs.append(ChunkSpec(ids, ref_s, float(rng.choice([0.8, 1.0, 1.25])), 100 + k, deterministic))
+    with ChunkScheduler(tts.backend, max_batch=16, gather_s=0.01) as scheduler:
+
+        def caller(part: int) -> list:
+            futures = [scheduler.submit(s) for s in specs[part::8]]
+            return [f.result(timeout=600) for f in futures]
+
+        with ThreadPoolExecutor(8) as pool:
+            parts = list(pool.map(caller, range(8)))
+    outputs = {id(s): out for part in range(8) for s, out in zip(specs[part::8], parts[part], strict=True)}
+    for spec in specs:
+        audio, durations = tts.backend.forward(spec.input_ids, spec.ref_s, spec.speed,
+                                               deterministic=deterministic, seed=spec.seed)
+        np.testing.assert_array_equal(outputs[id(spec)].durations, durations)
+        np.testing.assert_array_equal(outputs[id(spec)].audio, audio)
