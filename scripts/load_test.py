@@ -128,7 +128,7 @@ async def _one_request(http: httpx.AsyncClient, url: str, body: dict, fmt: str) 
 
 
 async def _clients(url: str, api_key: str | None, fmt: str, clients: int, duration: float,
-                   rate: float | None, seed: int, texts: list[str]) -> list[Record]:
+                   rate: float | None, seed: int, texts: list[str], voice: dict[str, str]) -> list[Record]:
     rng = random.Random(seed)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
@@ -136,7 +136,7 @@ async def _clients(url: str, api_key: str | None, fmt: str, clients: int, durati
     records: list[Record] = []
 
     def body() -> dict:
-        return {"model": "kokoro", "input": rng.choice(texts), "voice": "af_heart", "response_format": fmt}
+        return {"model": "kokoro", "input": rng.choice(texts), "response_format": fmt, **voice}
 
     async with httpx.AsyncClient(timeout=600, headers=headers, limits=limits) as http:
         if rate is None:  # closed loop
@@ -166,11 +166,11 @@ def _client_process(args: tuple) -> list[dict]:
 
 
 def run_level(url: str, api_key: str | None, fmt: str, clients: int, duration: float, rate: float | None,
-              procs: int, texts: list[str]) -> tuple[list[Record], float]:
+              procs: int, texts: list[str], voice: dict[str, str]) -> tuple[list[Record], float]:
     procs = max(1, min(procs, clients))
     shares = [clients // procs + (i < clients % procs) for i in range(procs)]
     rates = [None if rate is None else rate * s / clients for s in shares]
-    jobs = [(url, api_key, fmt, share, duration, share_rate, 1000 * clients + i, texts)
+    jobs = [(url, api_key, fmt, share, duration, share_rate, 1000 * clients + i, texts, voice)
             for i, (share, share_rate) in enumerate(zip(shares, rates, strict=True))]
     started = time.perf_counter()
     with multiprocessing.get_context("spawn").Pool(procs) as pool:
@@ -314,12 +314,12 @@ def run_mode(server: Server, args: argparse.Namespace, levels: list[int], format
     rows = []
     memory_start = (server.rss_mb(), gpu_memory_mb())
     run_level(server.url, args.api_key, formats[0], min(8, max(levels)), args.warmup, None, args.client_procs,
-              args.corpus)
+              args.corpus, args.voice_fields)
     for fmt in formats:
         for clients in levels:
             cpu0, made0 = server.cpu_seconds(), audio_seconds_made(server.url)
             records, wall = run_level(server.url, args.api_key, fmt, clients, args.duration, args.rate,
-                                      args.client_procs, args.corpus)
+                                      args.client_procs, args.corpus, args.voice_fields)
             cpu1, made1 = server.cpu_seconds(), audio_seconds_made(server.url)
             summary = summarise(server.label, clients, fmt, records, wall,
                                 None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
@@ -353,11 +353,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--api-key", default=os.environ.get("KOKORO_API_KEY"))
     p.add_argument("--texts", default="mixed",
                    help="mixed (the built-in corpus), short (its one-sentence texts) or a file of texts")
+    p.add_argument("--voice", default="af_heart", help="voice of every request")
+    p.add_argument("--lang", default=None, help="lang of every request (en-us: English with any voice)")
     p.add_argument("--json", type=Path, help="also write the rows here")
     args = p.parse_args(argv)
     if args.serial and args.url:
         p.error("--serial starts its own two servers; give --model instead of --url")
     args.corpus = load_texts(args.texts)
+    args.voice_fields = {"voice": args.voice} | ({"lang": args.lang} if args.lang else {})
 
     levels = [int(c) for c in args.clients.split(",")]
     formats = args.format.split(",")
