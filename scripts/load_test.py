@@ -173,8 +173,11 @@ def run_level(url: str, api_key: str | None, fmt: str, clients: int, duration: f
     jobs = [(url, api_key, fmt, share, duration, share_rate, 1000 * clients + i, texts, voice)
             for i, (share, share_rate) in enumerate(zip(shares, rates, strict=True))]
     started = time.perf_counter()
-    with multiprocessing.get_context("spawn").Pool(procs) as pool:
-        parts = pool.map(_client_process, jobs)
+    if procs == 1:
+        parts = [_client_process(jobs[0])]
+    else:
+        with multiprocessing.get_context("spawn").Pool(procs) as pool:
+            parts = pool.map(_client_process, jobs)
     wall = time.perf_counter() - started
     return [Record(**r) for part in parts for r in part], wall
 

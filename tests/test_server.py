@@ -405,3 +405,21 @@ def test_voice_names_mixes_and_openai_names():
         with pytest.raises(ApiError) as error:
             resolve_voice(bad, have)
         assert error.value.status == 400 and error.value.param == "voice"
+
+
+def test_load_test_script_against_the_server(server):
+    """scripts/load_test.py's clients (closed loop, 2 streams, pcm) and its table row, on this server."""
+    from script_modules import load_script
+
+    load_test = load_script("load_test")
+    records, wall = load_test.run_level(server.url, API_KEY, "pcm", 2, 2.0, None, 1, ["Hi."],
+                                        {"voice": "af_heart"})
+    assert records and all(r.error is None for r in records), [r.error for r in records]
+    assert all(r.audio_s == pytest.approx(0.45, abs=0.01) and r.ttfa is not None for r in records)
+    summary = load_test.summarise("batched", 2, "pcm", records, wall, None, None)
+    assert summary["errors"] == 0 and summary["requests"] == len(records)
+    assert summary["audio_s_per_s"] == pytest.approx(0.45 * len(records) / wall)
+    assert load_test.row(summary).startswith("| batched | 2 | pcm |")
+    bad, _ = load_test.run_level(server.url, "wrong-key", "pcm", 1, 0.1, None, 1, ["Hi."],
+                                 {"voice": "af_heart"})
+    assert bad and bad[0].error.startswith("401")
