@@ -24,7 +24,7 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 8880
     local_files_only: bool = False
-    default_voice: str = DEFAULT_VOICE
+    default_voice: str | None = None  # None: the model's (af_heart where it has it)
     api_key: str | None = None
     # Input and request bounds.
     max_input_chars: int = DEFAULT_MAX_INPUT_CHARS
@@ -64,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8880)
     p.add_argument("--local-files-only", action="store_true", help="never download from the hub")
-    p.add_argument("--default-voice", default=DEFAULT_VOICE, help="voice when a request names none")
+    p.add_argument("--default-voice", default=None,
+                   help=f"voice when a request names none (default: {DEFAULT_VOICE} where the model has it, "
+                   "else its first)")
     p.add_argument("--api-key", default=None,
                    help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV} if set, else open)")
     p.add_argument("--strict", action="store_true",

@@ -169,7 +169,8 @@ def parse_speech(data: dict[str, Any], tts: KokoroTTS, settings: ServerSettings)
     if seed is not None and not 0 <= seed <= _MAX_SEED:
         raise ApiError(400, f"'seed' must be between 0 and {_MAX_SEED}", param="seed", code="invalid_value")
     _field(data, "instructions", str, None)  # accepted and ignored: Kokoro takes no style prompt
-    voice = resolve_voice(_field(data, "voice", str, settings.default_voice), tts.list_voices())
+    default_voice = settings.default_voice or tts.default_voice
+    voice = resolve_voice(_field(data, "voice", str, default_voice), tts.list_voices())
     lang_arg = _field(data, "lang", str, None)
     try:
         pack = tts.voices.load(voice)
