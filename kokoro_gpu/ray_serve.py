@@ -4,9 +4,8 @@ Ray Serve wraps the ASGI app unchanged (``@serve.ingress``), streams its
 responses through Ray's HTTP proxy, places one replica per GPU
 (``num_gpus: 1``), autoscales on ongoing requests per replica and restarts
 replicas that fail. Each replica loads its own model in its constructor and
-runs its own app (scheduler, continuous batching, front-end processes); the
-app is built late, per replica (``__serve_build_asgi_app__``), because it holds
-that replica's model.
+runs its own app (scheduler, continuous batching, front-end processes), built
+in the replica around that model.
 
 What the deployment adds to the app, around it and without changing it:
 
@@ -27,6 +26,7 @@ deploy/ray_serve.yaml`` (``app_builder`` below).
 from __future__ import annotations
 
 import argparse
+import inspect
 import logging
 import math
 import re
@@ -42,6 +42,7 @@ from ray import serve
 from ray.serve.config import AutoscalingConfig
 from ray.serve.deployment import Application
 
+from .checkpoint import resolve_model
 from .errors import KokoroError
 from .server.app import create_app, load_model
 from .server.settings import ServerSettings, build_parser, settings_from_args
@@ -127,8 +128,10 @@ def deployment_options(settings: ServerSettings, scale: ScaleOut) -> dict[str, A
         "health_check_period_s": scale.health_check_period_s,
         "health_check_timeout_s": scale.health_check_timeout_s,
         "graceful_shutdown_timeout_s": settings.graceful_timeout_s,
-        "max_constructor_retry_count": scale.max_constructor_retry_count,
+        "logging_config": {"log_level": settings.log_level.upper()},
     }
+    if "max_constructor_retry_count" in inspect.signature(serve.deployment).parameters:  # Ray >= 2.43
+        options["max_constructor_retry_count"] = scale.max_constructor_retry_count
     if scale.replicas is not None:
         options["num_replicas"] = scale.replicas
     else:
@@ -226,25 +229,52 @@ async def asgi_get(app: Callable[[Scope, Receive, Send], Awaitable[None]], path:
     return status, bytes(body)
 
 
+# The app of the replica in this process (Ray runs each replica in its own worker process), built by
+# the replica's constructor around its model. ``@serve.ingress`` is given ``ReplicaApp()``, which
+# forwards every ASGI call (lifespan included) to it: an app made per replica, on Ray releases both
+# before and after late-bound ingress apps (2.6x's ``__serve_build_asgi_app__``).
+_replica_app: FastAPI | None = None
+
+
+def _set_replica_app(app: FastAPI) -> None:
+    # A module function, so that the constructor reaches this module's global: Ray ships the deployment
+    # class by value, with a copy of the globals its methods name.
+    global _replica_app
+    _replica_app = app
+
+
+class ReplicaApp:
+    """The ASGI app of this process's replica (see ``_replica_app``)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if _replica_app is None:
+            raise RuntimeError("the replica's app is built in KokoroReplica's constructor, which has not run")
+        await _replica_app(scope, receive, send)
+
+
+def replica_id() -> str:
+    """This replica's Serve id (``replica_tag`` before Ray 2.10)."""
+    context = serve.get_replica_context()
+    replica = getattr(context, "replica_id", None)
+    return replica.unique_id if replica is not None else context.replica_tag
+
+
 @serve.deployment(name=DEPLOYMENT_NAME)
-@serve.ingress()
+@serve.ingress(ReplicaApp())
 class KokoroReplica:
     """One replica: its own model (loaded here, on the replica's GPU) and its own ``kokoro-serve`` app."""
 
     def __init__(self, settings: ServerSettings) -> None:
-        self._settings = settings
-        self._replica = serve.get_replica_context().replica_id.unique_id
-        self._tts = load_model(settings)
-        logger.info("kokoro_gpu: replica %s loaded %s on %s", self._replica, settings.model, self._tts.device)
-
-    def __serve_build_asgi_app__(self) -> FastAPI:
-        app = create_app(self._settings, self._tts)
-        app.add_middleware(ReplicaTag, replica=self._replica)
-        return app
+        self._replica = replica_id()
+        tts = load_model(settings)
+        logger.info("kokoro_gpu: replica %s loaded %s on %s", self._replica, settings.model, tts.device)
+        self._app = create_app(settings, tts)
+        self._app.add_middleware(ReplicaTag, replica=self._replica)
+        _set_replica_app(self._app)
 
     async def check_health(self) -> None:
         """Ray's health check: the app's own ``GET /health`` must answer 200."""
-        status, body = await asgi_get(self.app, "/health")  # type: ignore[attr-defined]
+        status, body = await asgi_get(self._app, "/health")
         if status != 200:
             raise RuntimeError(f"replica {self._replica}: /health answered {status}: {body[:200]!r}")
 
@@ -326,31 +356,73 @@ def parse_cli(argv: list[str] | None) -> tuple[ServerSettings, ScaleOut, str | N
     return settings_from_args(server_argv), scale, known.address
 
 
+class _Stop(Exception):
+    """SIGINT or SIGTERM: stop serving."""
+
+
+def _stop(signum: int, frame: Any) -> None:
+    raise _Stop
+
+
+def failure_line(error: BaseException) -> str:
+    """One line for a failed deployment: the replica's ``KokoroError`` where Ray's message carries it."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    ours = [line for line in lines if line.startswith("kokoro_gpu.errors.")]
+    return (ours[-1].split(": ", 1)[-1] if ours else lines[-1] if lines else type(error).__name__)[:500]
+
+
+def check_placement(settings: ServerSettings, scale: ScaleOut) -> None:
+    """GPU replicas that the cluster cannot place would leave ``serve.run`` waiting: refuse them first."""
+    if settings.device != "cuda":
+        return
+    options = deployment_options(settings, scale)
+    replicas = options.get("num_replicas") or options["autoscaling_config"].min_replicas
+    needed = replicas * options["ray_actor_options"]["num_gpus"]
+    if needed > _cluster_gpus():
+        raise KokoroError(f"{replicas} CUDA replicas need {needed:g} GPUs and the Ray cluster has "
+                          f"{_cluster_gpus()}; join GPU machines (ray start --address=HEAD:6379), "
+                          "ask for fewer replicas, or use --device cpu")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Start (or join) a Ray cluster, deploy the app behind Ray's proxy on --host/--port, serve until
-    SIGINT/SIGTERM, then shut Serve down (draining replicas) and leave the cluster."""
+    SIGINT/SIGTERM, then shut Serve down (draining replicas) and leave the cluster.
+
+    Exit 2 with one line when the model does not resolve on this machine (a local path must be at the
+    same place on every machine that runs a replica), the replicas cannot be placed, or they fail."""
     import ray
 
     settings, scale, address = parse_cli(argv)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
-    ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     try:
+        resolve_model(settings.model, local_files_only=settings.local_files_only)
+    except KokoroError as e:
+        print(f"kokoro-serve: error: {e}", file=sys.stderr)
+        return 2
+    ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop)  # after ray.init, which installs its own SIGTERM handler
+    try:
+        replicas = replica_settings(settings, scale)
+        check_placement(replicas, scale)
         serve.start(http_options={"host": settings.host, "port": settings.port})
-        try:
-            serve.run(build_app(settings, scale), name=APP_NAME, route_prefix="/")
-        except (RuntimeError, KokoroError) as e:
-            print(f"kokoro-serve: error: the deployment failed: {str(e).strip().splitlines()[-1]}",
-                  file=sys.stderr)
-            return 2
+        serve.run(build_app(settings, scale), name=APP_NAME, route_prefix="/")
         logger.info("kokoro_gpu: serving on http://%s:%d through Ray Serve", settings.host, settings.port)
-        stop.wait()
+        threading.Event().wait()
+    except _Stop:
         return 0
+    except KokoroError as e:
+        print(f"kokoro-serve: error: {e}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:
+        print(f"kokoro-serve: error: the deployment failed: {failure_line(e)}", file=sys.stderr)
+        return 2
     finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)  # shutting down already; bounded by graceful_timeout
         serve.shutdown()
         ray.shutdown()
+    return 0
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ last test looks for). Every client call has a timeout, so nothing here hangs.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -38,6 +40,7 @@ from ray import serve
 from ray.serve.schema import ServeDeploySchema
 
 from kokoro_gpu import KokoroTTS
+from kokoro_gpu.errors import KokoroError
 from kokoro_gpu.ray_serve import (
     APP_NAME,
     DEPLOYMENT_NAME,
@@ -45,7 +48,9 @@ from kokoro_gpu.ray_serve import (
     ScaleOut,
     app_builder,
     builder_inputs,
+    check_placement,
     deployment_options,
+    failure_line,
     label_samples,
     parse_cli,
     replica_settings,
@@ -119,7 +124,8 @@ def test_cpu_replicas_fixed_count_and_the_apps_stream_limit():
 
 
 def test_config_file_is_a_valid_serve_config_for_the_builder():
-    config = ServeDeploySchema.model_validate(yaml.safe_load(CONFIG.read_text()))
+    validate = getattr(ServeDeploySchema, "model_validate", None) or ServeDeploySchema.parse_obj  # pydantic 1
+    config = validate(yaml.safe_load(CONFIG.read_text()))
     (application,) = config.applications
     assert application.import_path == "kokoro_gpu.ray_serve:app_builder"
     settings, scale = builder_inputs(application.args)
@@ -146,6 +152,27 @@ def test_command_line_takes_serve_and_ray_options():
     with pytest.raises(SystemExit) as exit_info:
         parse_cli(["--replicas", "two"])
     assert exit_info.value.code == 2
+
+
+def test_cuda_replicas_that_the_cluster_cannot_place_are_refused():
+    with pytest.raises(KokoroError, match="3 CUDA replicas need 3 GPUs and the Ray cluster has 0"):
+        check_placement(ServerSettings(device="cuda"), ScaleOut(replicas=3))
+    check_placement(ServerSettings(device="cpu"), ScaleOut(replicas=3))
+
+
+def test_a_failed_deployment_is_told_by_the_replicas_error():
+    ray_message = ("Deploying application kokoro failed: Failed to update the deployments ['kokoro'].\n"
+                   "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+                   "kokoro_gpu.errors.CheckpointError: model path /m does not exist; pass a directory\n")
+    assert failure_line(RuntimeError(ray_message)) == "model path /m does not exist; pass a directory"
+    assert failure_line(RuntimeError("Deploying failed.\n")) == "Deploying failed."
+
+
+def test_command_with_a_missing_model_exits_2_in_one_line(tmp_path):
+    argv = [sys.executable, "-m", "kokoro_gpu.ray_serve", "--model", str(tmp_path / "no"), "--device", "cpu"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("kokoro-serve: error: model path")
 
 
 # -------------------------------------------------------------- local cluster
