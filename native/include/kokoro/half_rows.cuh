@@ -25,6 +25,7 @@
 #include <cuda_fp16.h>
 
 #include "kokoro/ops.h"
+#include "kokoro/split_half.h"
 
 namespace kokoro {
 
@@ -70,12 +71,6 @@ __device__ inline int source_pitch(const SumSource<__half>&, int T) {
     return ops::half_channels_pitch(T);
 }
 
-// v as split FP16 operands (ops::HalfOperands::kSplit): hi = fp16(v), lo =
-// fp16(v - hi). Host too: the weights are split at upload.
-__host__ __device__ inline void split_half(float v, __half& hi, __half& lo) {
-    hi = __float2half_rn(v);
-    lo = __float2half_rn(v - __half2float(hi));
-}
 // The same on two values at once (the half-rows pass's half2 stores).
 __device__ inline void split_half(float2 v, __half2& hi, __half2& lo) {
     hi = __float22half2_rn(v);
