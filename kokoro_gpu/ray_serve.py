@@ -37,10 +37,17 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from fastapi import FastAPI
-from ray import serve
-from ray.serve.config import AutoscalingConfig
-from ray.serve.deployment import Application
+try:
+    from fastapi import FastAPI
+    from ray import serve
+    from ray.serve.config import AutoscalingConfig
+    from ray.serve.deployment import Application
+except ModuleNotFoundError as missing:
+    if __name__ != "__main__":
+        raise
+    print(f"kokoro-serve: error: Ray Serve needs {missing.name}; install it with: "
+          "pip install 'kokoro-gpu[ray]'", file=sys.stderr)
+    sys.exit(2)
 
 from .checkpoint import resolve_model
 from .errors import KokoroError
@@ -130,7 +137,7 @@ def deployment_options(settings: ServerSettings, scale: ScaleOut) -> dict[str, A
         "graceful_shutdown_timeout_s": settings.graceful_timeout_s,
         "logging_config": {"log_level": settings.log_level.upper()},
     }
-    if "max_constructor_retry_count" in inspect.signature(serve.deployment).parameters:  # Ray >= 2.43
+    if "max_constructor_retry_count" in inspect.signature(serve.deployment).parameters:  # not in Ray 2.40
         options["max_constructor_retry_count"] = scale.max_constructor_retry_count
     if scale.replicas is not None:
         options["num_replicas"] = scale.replicas

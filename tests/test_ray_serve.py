@@ -73,6 +73,7 @@ VOICE = "af_heart"
 LONG_TEXT = "\n".join(["One.", "Two.", "Three.", "Four.", "Five.", "Six.", "Seven.", "Eight."])
 SPEECH_ROUTE = "/v1/audio/speech"
 DEPLOY_TIMEOUT_S = 360
+MAX_ONGOING = 3
 CLIENT_TIMEOUT_S = 120.0
 
 
@@ -216,8 +217,10 @@ def cluster(demo_model_dir):
     cluster = Cluster(url=f"http://127.0.0.1:{port}", marker=marker)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
+        # At most MAX_ONGOING streams a replica: more concurrent requests than that reach both.
         app = app_builder({"model": str(demo_model_dir), "device": "cpu", "replicas": 2,
-                           "cpus_per_replica": 0.5, "g2p_workers": 1, "log_level": "warning"})
+                           "cpus_per_replica": 0.5, "g2p_workers": 1, "log_level": "warning",
+                           "max_ongoing_requests": MAX_ONGOING})
         # serve.run waits for the replicas without a time limit: bound it.
         failure: list[BaseException] = []
 
@@ -296,8 +299,8 @@ def test_openai_client_streams_through_the_proxy_equal_to_synthesize(cluster, cl
 def test_requests_spread_over_both_replicas(cluster, client, tts):
     before = speech_counts(cluster)
     assert set(before) == replica_ids()
-    with ThreadPoolExecutor(6) as pool:
-        got = list(pool.map(lambda _: speak(client, 3), range(6)))
+    with ThreadPoolExecutor(2 * MAX_ONGOING) as pool:
+        got = list(pool.map(lambda _: speak(client, 3), range(2 * MAX_ONGOING)))
     want = pcm16(tts.synthesize(TEXT, voice=VOICE, seed=3).audio)
     for _, pcm in got:
         np.testing.assert_array_equal(pcm, want)
@@ -337,7 +340,7 @@ class StreamRun:
 
 @pytest.mark.slow
 def test_killed_replica_ends_its_streams_with_an_error_and_comes_back(cluster, client, tts):
-    runs = [StreamRun(client, seed) for seed in range(10, 14)]
+    runs = [StreamRun(client, seed) for seed in range(10, 11 + MAX_ONGOING)]  # some on each replica
     threads = [threading.Thread(target=run.run, daemon=True) for run in runs]
     for thread in threads:
         thread.start()
