@@ -58,10 +58,12 @@ void Context::record(const char* key, const float* device, std::vector<int64_t> 
 }
 
 ops::ChannelPartials Context::conv1d(const std::string& prefix, ops::ScaledSum x, float* y,
-                                     int c_in, int c_out, int t_in, int kernel, int stride,
-                                     int pad, int dilation, int groups, bool bias,
-                                     const float* residual, float leaky_slope,
-                                     Slot y_stats_slot) const {
+                                     const ConvShape& shape, const float* residual,
+                                     float leaky_slope, Slot y_stats_slot) const {
+    const int c_in = shape.c_in, c_out = shape.c_out, t_in = shape.t_in, kernel = shape.kernel;
+    const int stride = shape.stride, pad = shape.pad, dilation = shape.dilation;
+    const int groups = shape.groups;
+    const bool bias = shape.bias;
     const int64_t numel = int64_t(c_out) * (c_in / groups) * kernel;
     const float* b = bias ? weights.get(prefix + ".bias", c_out) : nullptr;
     const Kernel path = weights.plan(prefix + ".weight").kernel;
@@ -127,7 +129,8 @@ ops::ChannelPartials Context::adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOr
         }
         float* activated = floats(Slot::kActivated, int64_t(c_in) * T);
         adain(x.f32, activated, c_in, T, fc_prefix, act, slope, alpha);
-        conv1d(conv_prefix, activated, y.f32, c_in, c_out, T, kernel, 1, pad, dilation, 1, true,
+        conv1d(conv_prefix, activated, y.f32,
+               ConvShape{c_in, c_out, T, kernel}.with_pad(pad).with_dilation(dilation),
                residual.f32);
         return {};
     }
@@ -179,7 +182,7 @@ void Context::pool_conv1d(const std::string& pool_prefix, const std::string& con
         float* pooled = floats(Slot::kBlockPooled, int64_t(c) * t_out);
         conv_transpose1d(pool_prefix, x, pooled, c, c, t_in, kPoolKernel, kPoolStride, kPoolPad,
                          kPoolOutputPad, c);
-        conv1d(conv_prefix, pooled, y, c, c_out, t_out, kConvKernel, 1, kConvPad, 1, 1, true);
+        conv1d(conv_prefix, pooled, y, ConvShape{c, c_out, t_out, kConvKernel}.with_pad(kConvPad));
         return;
     }
     const DeviceWeights::HalfConv w =

@@ -47,7 +47,7 @@ void adain_res_blk1d(const Context& ctx, const Context& shortcut_ctx, const std:
                                      Slot::kBlockShortcutHalf);
     } else if (c_in != c_out) {
         float* projected = shortcut_ctx.floats(Slot::kBlockShortcut, int64_t(c_out) * T);
-        shortcut_ctx.conv1d(conv1x1, x, projected, c_in, c_out, T, 1, 1, 0, 1, 1, false);
+        shortcut_ctx.conv1d(conv1x1, x, projected, ConvShape{c_in, c_out, T, 1}.without_bias());
         shortcut = upsampled(projected, c_out);
     } else {
         shortcut = upsampled(x, c_in);
@@ -88,8 +88,9 @@ void decoder_forward(const Context& ctx, const Context& shortcut_ctx, const floa
     ctx.record("asr", encode_in, {hid, F});
     float* f0_down = encode_in + int64_t(hid) * F;
     float* n_down = f0_down + F;
-    ctx.conv1d("decoder.F0_conv", f0, f0_down, 1, 1, 2 * F, 3, 2, 1, 1, 1, true);
-    ctx.conv1d("decoder.N_conv", n, n_down, 1, 1, 2 * F, 3, 2, 1, 1, 1, true);
+    const ConvShape down = ConvShape{1, 1, 2 * F, 3}.with_stride(2).with_pad(1);
+    ctx.conv1d("decoder.F0_conv", f0, f0_down, down);
+    ctx.conv1d("decoder.N_conv", n, n_down, down);
 
     // The side rows [asr_res; F0 down; N down] of both cat buffers, on the
     // shortcut_ctx beside the encode block (whose shortcut queues after them there).
@@ -97,8 +98,8 @@ void decoder_forward(const Context& ctx, const Context& shortcut_ctx, const floa
                      ctx.floats(Slot::kDecoderCatB, int64_t(cat_rows) * F)};
     float* side = cat[0] + int64_t(kEncodeChannels) * F;
     shortcut_ctx.wait_for(ctx);  // encode_in
-    shortcut_ctx.conv1d("decoder.asr_res.0", encode_in, side, hid, kAsrResChannels, F, 1, 1, 0, 1,
-                        1, true);
+    shortcut_ctx.conv1d("decoder.asr_res.0", encode_in, side,
+                        ConvShape{hid, kAsrResChannels, F, 1});
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(side + int64_t(kAsrResChannels) * F, f0_down,
                                       2 * sizeof(float) * F, cudaMemcpyDeviceToDevice,
                                       shortcut_ctx.stream));

@@ -201,9 +201,11 @@ float* source_branch(const Context& ctx, const float* har, int i, int F) {
                  ops::conv1d_out_len(spec_frames, noise.kernel, noise.stride, noise.pad, 1),
                  s.t_out);
     const ops::ChannelPartials source_stats =
-        ctx.conv1d(g + ".noise_convs." + idx, har, source, spec_rows, s.c_out, spec_frames,
-                   noise.kernel, noise.stride, noise.pad, 1, 1, true, nullptr, 1.f,
-                   Slot::kStatsNoiseConv);
+        ctx.conv1d(g + ".noise_convs." + idx, har, source,
+                   ConvShape{spec_rows, s.c_out, spec_frames, noise.kernel}
+                       .with_stride(noise.stride)
+                       .with_pad(noise.pad),
+                   nullptr, 1.f, Slot::kStatsNoiseConv);
     adain_resblock1(ctx, g + ".noise_res." + idx, source, source, s.c_out, s.t_out,
                     last ? kLastNoiseResKernel : kNoiseResKernel, cfg.resblock_dilation_sizes[0],
                     source_stats);
@@ -359,8 +361,9 @@ void generator_forward(const Context& ctx, const GeneratorSchedule& schedule, op
 
     check_length("conv_post input", s.t_out, spec_frames);
     float* logits = ctx.floats(Slot::kGeneratorLogits, int64_t(spec_rows) * s.t_out);
-    ctx.conv1d(g + ".conv_post", stage_x, logits, s.c_out, spec_rows, s.t_out, kPostKernel, 1,
-               (kPostKernel - 1) / 2, 1, 1, true, nullptr, kPostSlope);
+    ctx.conv1d(g + ".conv_post", stage_x, logits,
+               ConvShape{s.c_out, spec_rows, s.t_out, kPostKernel}.with_pad((kPostKernel - 1) / 2),
+               nullptr, kPostSlope);
     ctx.record("gen_post", logits, {spec_rows, s.t_out});
     stft.inverse_from_logits(logits, s.t_out, audio, ctx.stream);
 }

@@ -100,7 +100,7 @@ void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_sho
         adain_res_blk1d(sc, stack.shortcuts, p + ".0", shared, hid, hid, F, false, a);
         adain_res_blk1d(sc, stack.shortcuts, p + ".1", a, hid, half, F, true, b);
         adain_res_blk1d(sc, stack.shortcuts, p + ".2", b, half, half, 2 * F, false, c);
-        sc.conv1d(p + "_proj", c, stack.out, half, 1, 2 * F, 1, 1, 0, 1, 1, true);
+        sc.conv1d(p + "_proj", c, stack.out, ConvShape{half, 1, 2 * F, 1});
     }
     ctx.wait_for(n_ctx);
     ctx.mark("F0 || N stacks");

@@ -34,7 +34,7 @@ void text_encoder_forward(const Context& ctx, const int32_t* ids, const Utteranc
         ops::transpose(rows_u, x, T, C, ctx.stream);
         for (int i = 0; i < ctx.cfg.n_layer; ++i) {
             const std::string p = "text_encoder.cnn." + std::to_string(i);
-            ctx.conv1d(p + ".0", x, y, C, C, T, K, 1, (K - 1) / 2, 1, 1, true);
+            ctx.conv1d(p + ".0", x, y, ConvShape{C, C, T, K}.with_pad((K - 1) / 2));
             ops::layer_norm_channels(y, y, C, T, ctx.w(p + ".1.gamma", C), ctx.w(p + ".1.beta", C),
                                      nullptr, nullptr, kLayerNormEps, ctx.stream);
             ops::leaky_relu(y, x, n, kLeakySlope, ctx.stream);

@@ -88,6 +88,35 @@ private:
     mutable std::map<std::pair<int, int>, const int32_t*> row_chunks_;
 };
 
+// A conv1d's shape: x [c_in, t_in] -> y [c_out, t_out] by `kernel` taps
+// at `stride`, `pad`, `dilation` in `groups`, with the weight's bias unless
+// without_bias().
+struct ConvShape {
+    int c_in, c_out, t_in, kernel;
+    int stride = 1, pad = 0, dilation = 1, groups = 1;
+    bool bias = true;
+    ConvShape with_stride(int s) const {
+        ConvShape c = *this;
+        c.stride = s;
+        return c;
+    }
+    ConvShape with_pad(int p) const {
+        ConvShape c = *this;
+        c.pad = p;
+        return c;
+    }
+    ConvShape with_dilation(int d) const {
+        ConvShape c = *this;
+        c.dilation = d;
+        return c;
+    }
+    ConvShape without_bias() const {
+        ConvShape c = *this;
+        c.bias = false;
+        return c;
+    }
+};
+
 // One utterance's style on the device: ref_s's prosody half s
 // [style_dim] and the style projections of each bank (Context::style_out).
 struct UtteranceStyle {
@@ -183,11 +212,9 @@ struct Context {
     // x may be a ScaledSum of several tensors where the conv has a
     // tensor-core weight. y_stats_slot (may be kNone): as adain_conv1d's;
     // returns y's partials where the conv writes them (ops::conv1d_stats_parts).
-    ops::ChannelPartials conv1d(const std::string& prefix, ops::ScaledSum x, float* y, int c_in,
-                                int c_out, int t_in, int kernel, int stride, int pad,
-                                int dilation, int groups, bool bias,
-                                const float* residual = nullptr, float leaky_slope = 1.f,
-                                Slot y_stats_slot = Slot::kNone) const;
+    ops::ChannelPartials conv1d(const std::string& prefix, ops::ScaledSum x, float* y,
+                                const ConvShape& shape, const float* residual = nullptr,
+                                float leaky_slope = 1.f, Slot y_stats_slot = Slot::kNone) const;
     // AdaIN1d + activation (style `fc_prefix`, `alpha` only for Snake) on x
     // [c_in, T], then the dense stride-1 conv `conv_prefix` (with bias, same
     // length): y = conv(act(adain(x))) (+ residual). For a tensor-core conv
