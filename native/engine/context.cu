@@ -106,14 +106,18 @@ ops::ChannelPartials Context::conv1d(const std::string& prefix, ops::ScaledSum x
     return y_stats;
 }
 
-ops::ChannelPartials Context::adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOrHalf y, int c_in,
-                                           int c_out, int T,
-                                           const std::string& fc_prefix, ops::Activation act,
-                                           float slope, const float* alpha,
-                                           const std::string& conv_prefix, int kernel,
-                                           int dilation, ops::ConstFloatOrHalf residual,
+ops::ChannelPartials Context::adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOrHalf y,
+                                           const AdainAct& norm, const SameConv& conv,
+                                           ops::ConstFloatOrHalf residual,
                                            ops::ChannelPartials x_stats,
                                            Slot y_stats_slot, float out_scale) const {
+    const std::string& fc_prefix = norm.fc_prefix;
+    const ops::Activation act = norm.act;
+    const float slope = norm.slope;
+    const float* alpha = norm.alpha;
+    const std::string& conv_prefix = conv.prefix;
+    const int c_in = conv.c_in, c_out = conv.c_out, T = conv.T, kernel = conv.kernel;
+    const int dilation = conv.dilation;
     const int pad = dilation * (kernel - 1) / 2;
     const std::string weight = conv_prefix + ".weight";
     const bool hidden = y.f16 != nullptr && residual.f32 == nullptr && residual.f16 == nullptr;
@@ -180,8 +184,12 @@ void Context::pool_conv1d(const std::string& pool_prefix, const std::string& con
     const std::string conv_weight = conv_prefix + ".weight";
     if (!tensor_core(weights.plan(conv_weight).kernel)) {
         float* pooled = floats(Slot::kBlockPooled, int64_t(c) * t_out);
-        conv_transpose1d(pool_prefix, x, pooled, c, c, t_in, kPoolKernel, kPoolStride, kPoolPad,
-                         kPoolOutputPad, c);
+        conv_transpose1d(pool_prefix, x, pooled,
+                         ConvShape{c, c, t_in, kPoolKernel}
+                             .with_stride(kPoolStride)
+                             .with_pad(kPoolPad)
+                             .with_output_padding(kPoolOutputPad)
+                             .with_groups(c));
         conv1d(conv_prefix, pooled, y, ConvShape{c, c_out, t_out, kConvKernel}.with_pad(kConvPad));
         return;
     }
@@ -208,11 +216,12 @@ const __half* Context::conv1x1_half(const std::string& prefix, const float* x, i
 }
 
 ops::ChannelPartials Context::conv_transpose1d(const std::string& prefix, ops::ScaledSum x,
-                                               ops::FloatOrHalf y, int c_in, int c_out, int t_in,
-                                               int kernel, int stride, int pad,
-                                               int output_padding, int groups, float leaky_slope,
-                                               int reflect_left, const float* residual,
-                                               Slot y_stats_slot) const {
+                                               ops::FloatOrHalf y, const ConvShape& shape,
+                                               float leaky_slope, int reflect_left,
+                                               const float* residual, Slot y_stats_slot) const {
+    const int c_in = shape.c_in, c_out = shape.c_out, t_in = shape.t_in, kernel = shape.kernel;
+    const int stride = shape.stride, pad = shape.pad, output_padding = shape.output_padding;
+    const int groups = shape.groups;
     const std::string weight = prefix + ".weight";
     const float* b = weights.get(prefix + ".bias", c_out);
     if (groups == 1 && output_padding == 0 && tensor_core(weights.plan(weight).kernel)) {

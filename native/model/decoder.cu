@@ -21,6 +21,11 @@ constexpr float kLeakySlope = 0.2f;
 constexpr int kEncodeChannels = 1024;
 constexpr int kAsrResChannels = 64;
 constexpr int kDecodeBlocks = 4;
+
+// An AdainResBlk1d's AdaIN + LeakyReLU 0.2 with the style projection `fc`.
+AdainAct adain_act(const std::string& fc) {
+    return AdainAct{fc, ops::Activation::kLeakyRelu, kLeakySlope, nullptr};
+}
 }  // namespace
 
 void adain_res_blk1d(const Context& ctx, const Context& shortcut_ctx, const std::string& prefix,
@@ -62,17 +67,16 @@ void adain_res_blk1d(const Context& ctx, const Context& shortcut_ctx, const std:
                   kLeakySlope, nullptr);
         ctx.pool_conv1d(prefix + ".pool", prefix + ".conv1", normed, hidden, c_in, c_out, T);
     } else {
-        hidden_stats = ctx.adain_conv1d(x, hidden, c_in, c_out, T, prefix + ".norm1.fc",
-                                        ops::Activation::kLeakyRelu, kLeakySlope, nullptr,
-                                        prefix + ".conv1", 3, 1, nullptr, {},
-                                        Slot::kStatsBlockHidden);
+        hidden_stats = ctx.adain_conv1d(x, hidden, adain_act(prefix + ".norm1.fc"),
+                                        SameConv{prefix + ".conv1", c_in, c_out, T, 3, 1},
+                                        nullptr, {}, Slot::kStatsBlockHidden);
     }
     // out = (residual + shortcut) / sqrt(2), all in the last conv's epilogue.
     if (apart) ctx.wait_for(shortcut_ctx);
     const float inv_sqrt2 = static_cast<float>(1.0 / std::sqrt(2.0));
-    ctx.adain_conv1d(hidden, out, c_out, c_out, t_out, prefix + ".norm2.fc",
-                     ops::Activation::kLeakyRelu, kLeakySlope, nullptr, prefix + ".conv2", 3, 1,
-                     shortcut, hidden_stats, Slot::kNone, inv_sqrt2);
+    ctx.adain_conv1d(hidden, out, adain_act(prefix + ".norm2.fc"),
+                     SameConv{prefix + ".conv2", c_out, c_out, t_out, 3, 1}, shortcut,
+                     hidden_stats, Slot::kNone, inv_sqrt2);
 }
 
 void decoder_forward(const Context& ctx, const Context& shortcut_ctx, const float* t_en,

@@ -79,18 +79,21 @@ public:
         const std::string idx = std::to_string(j);
         if (s % 2 == 0) {
             hidden_stats_ = ctx_.adain_conv1d(
-                in_, hidden_, C_, C_, T_, prefix_ + ".adain1." + idx + ".fc",
-                ops::Activation::kSnake, 0.f, ctx_.w(prefix_ + ".alpha1." + idx, C_),
-                prefix_ + ".convs1." + idx, kernel_, dilations_[j], nullptr, in_stats_,
-                Slot::kStatsResblockHidden);
+                in_, hidden_,
+                AdainAct{prefix_ + ".adain1." + idx + ".fc", ops::Activation::kSnake, 0.f,
+                         ctx_.w(prefix_ + ".alpha1." + idx, C_)},
+                SameConv{prefix_ + ".convs1." + idx, C_, C_, T_, kernel_, dilations_[j]}, nullptr,
+                in_stats_, Slot::kStatsResblockHidden);
             return;
         }
         const bool last = j + 1 == dilations_.size();
         const ops::FloatOrHalf y = last || stream_ == nullptr ? out_ : ops::FloatOrHalf(stream_);
         in_stats_ = ctx_.adain_conv1d(
-            hidden_, y, C_, C_, T_, prefix_ + ".adain2." + idx + ".fc", ops::Activation::kSnake,
-            0.f, ctx_.w(prefix_ + ".alpha2." + idx, C_), prefix_ + ".convs2." + idx, kernel_, 1,
-            in_, hidden_stats_, last ? Slot::kNone : Slot::kStatsResblockOut);
+            hidden_, y,
+            AdainAct{prefix_ + ".adain2." + idx + ".fc", ops::Activation::kSnake, 0.f,
+                     ctx_.w(prefix_ + ".alpha2." + idx, C_)},
+            SameConv{prefix_ + ".convs2." + idx, C_, C_, T_, kernel_, 1}, in_, hidden_stats_,
+            last ? Slot::kNone : Slot::kStatsResblockOut);
         in_ = y;
     }
 
@@ -282,9 +285,10 @@ void generator_forward(const Context& ctx, const GeneratorSchedule& schedule, op
                                                   ops::half_channels_values(s.c_out, s.t_out)))
                     : ops::FloatOrHalf(source);
         const ops::ChannelPartials in_stats =
-            ctx.conv_transpose1d(ups, stage_x, stage_in, s.c_in, s.c_out, s.t_in,
-                                 kernel, rate, pad, 0, 1, kStageSlope, reflect, source,
-                                 Slot::kStatsStageIn);
+            ctx.conv_transpose1d(
+                ups, stage_x, stage_in,
+                ConvShape{s.c_in, s.c_out, s.t_in, kernel}.with_stride(rate).with_pad(pad),
+                kStageSlope, reflect, source, Slot::kStatsStageIn);
         // stage_x is consumed: the blocks' outputs may take its buffers.
         // Mean of the stage's residual blocks, ((out0 + out1) + out2) / 3 in
         // block order either way (the same bits sequential or concurrent),

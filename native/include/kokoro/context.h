@@ -88,13 +88,23 @@ private:
     mutable std::map<std::pair<int, int>, const int32_t*> row_chunks_;
 };
 
-// A conv1d's shape: x [c_in, t_in] -> y [c_out, t_out] by `kernel` taps
-// at `stride`, `pad`, `dilation` in `groups`, with the weight's bias unless
-// without_bias().
+// A conv's shape: x [c_in, t_in] -> y [c_out, t_out] by `kernel` taps at
+// `stride`, `pad`, `dilation` in `groups` (a transposed conv's also
+// `output_padding`), with the weight's bias unless without_bias().
 struct ConvShape {
     int c_in, c_out, t_in, kernel;
-    int stride = 1, pad = 0, dilation = 1, groups = 1;
+    int stride = 1, pad = 0, dilation = 1, groups = 1, output_padding = 0;
     bool bias = true;
+    ConvShape with_groups(int g) const {
+        ConvShape c = *this;
+        c.groups = g;
+        return c;
+    }
+    ConvShape with_output_padding(int p) const {
+        ConvShape c = *this;
+        c.output_padding = p;
+        return c;
+    }
     ConvShape with_stride(int s) const {
         ConvShape c = *this;
         c.stride = s;
@@ -115,6 +125,22 @@ struct ConvShape {
         c.bias = false;
         return c;
     }
+};
+
+// An AdaIN1d + activation: the style projection `fc_prefix`, then
+// LeakyReLU(slope) or Snake(alpha) (act).
+struct AdainAct {
+    std::string fc_prefix;
+    ops::Activation act;
+    float slope;
+    const float* alpha;
+};
+
+// A dense stride-1 conv with bias that keeps the length: weight `prefix`,
+// x [c_in, T] -> y [c_out, T] by `kernel` taps at `dilation`.
+struct SameConv {
+    std::string prefix;
+    int c_in, c_out, T, kernel, dilation;
 };
 
 // One utterance's style on the device: ref_s's prosody half s
@@ -215,9 +241,9 @@ struct Context {
     ops::ChannelPartials conv1d(const std::string& prefix, ops::ScaledSum x, float* y,
                                 const ConvShape& shape, const float* residual = nullptr,
                                 float leaky_slope = 1.f, Slot y_stats_slot = Slot::kNone) const;
-    // AdaIN1d + activation (style `fc_prefix`, `alpha` only for Snake) on x
-    // [c_in, T], then the dense stride-1 conv `conv_prefix` (with bias, same
-    // length): y = conv(act(adain(x))) (+ residual). For a tensor-core conv
+    // AdaIN1d + activation `norm` on x [c_in, T], then the dense stride-1
+    // conv `conv` (with bias, same length): y = conv(act(adain(x))) (+
+    // residual). For a tensor-core conv
     // the activation is written straight as FP16 half rows; otherwise through
     // an fp32 buffer. y may equal residual, not x. x_stats: x's statistics
     // partials, as the conv that wrote x returned them (none: AdaIN computes
@@ -234,11 +260,8 @@ struct Context {
     // stream, a block's output) it keeps it. An FP16 x goes to the conv raw where
     // its kernel takes one (ops::HalfInput: the conv applies the AdaIN + Snake
     // as it loads its windows, the same operands without the pass).
-    ops::ChannelPartials adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOrHalf y, int c_in,
-                                      int c_out, int T,
-                                      const std::string& fc_prefix, ops::Activation act,
-                                      float slope, const float* alpha,
-                                      const std::string& conv_prefix, int kernel, int dilation,
+    ops::ChannelPartials adain_conv1d(ops::ConstFloatOrHalf x, ops::FloatOrHalf y,
+                                      const AdainAct& norm, const SameConv& conv,
                                       ops::ConstFloatOrHalf residual = nullptr,
                                       ops::ChannelPartials x_stats = {},
                                       Slot y_stats_slot = Slot::kNone,
@@ -287,9 +310,7 @@ struct Context {
     // fp32 residual); the others (the decoder's depthwise pool) as
     // ops::conv_transpose1d, fp32, without pad or residual.
     ops::ChannelPartials conv_transpose1d(const std::string& prefix, ops::ScaledSum x,
-                                          ops::FloatOrHalf y,
-                                          int c_in, int c_out, int t_in, int kernel, int stride,
-                                          int pad, int output_padding, int groups,
+                                          ops::FloatOrHalf y, const ConvShape& shape,
                                           float leaky_slope = 1.f, int reflect_left = 0,
                                           const float* residual = nullptr,
                                           Slot y_stats_slot = Slot::kNone) const;
