@@ -129,10 +129,10 @@ Lane::Lane(const ModelConfig& cfg, const DeviceWeights& weights, Precision preci
     }
 }
 
-GeneratorSchedule Lane::generator_schedule(const Context& side,
+GeneratorSchedule Lane::generator_schedule(const Context& generator, const Context& side,
                                            const Context (&resblocks)[kResblockStreams],
                                            int F) const {
-    GeneratorSchedule schedule{side, resblocks, {}, {}};
+    GeneratorSchedule schedule{side, {}, {}, {}};
     const bool fast_generator = fast(ModelPart::kGenerator);
     const int n_kernels = static_cast<int>(cfg_.resblock_kernel_sizes.size());
     const std::vector<int64_t> values = generator_stage_values(cfg_, F);
@@ -144,9 +144,18 @@ GeneratorSchedule Lane::generator_schedule(const Context& side,
         // 120 F]), and the GPU is busy with the previous stage's convs by then
         // (little to overlap). Rounded half rows (fast) are half that size.
         schedule.branch_on_side.push_back(fast_generator || i == 0);
-        schedule.concurrent_blocks.push_back(fast_generator &&
-                                             n_kernels <= kResblockStreams + 1 &&
-                                             (last || values[i] <= kConcurrentResblockValues));
+        const bool concurrent = fast_generator && n_kernels <= kResblockStreams + 1 &&
+                                (last || values[i] <= kConcurrentResblockValues);
+        schedule.concurrent_blocks.push_back(concurrent);
+        // Block 0 on the generator's stream, the others on the residual-block
+        // streams; at the last stage the source branches are done (the stage
+        // waited for them): block 1 takes the side stream's slots there.
+        std::vector<Context>& blocks = schedule.block_contexts.emplace_back();
+        for (int j = 0; j < n_kernels; ++j) {
+            blocks.push_back(!concurrent || j == 0 ? generator
+                             : last && j == 1      ? resblocks[0].with_slots_of(side)
+                                                   : resblocks[j - 1]);
+        }
     }
     return schedule;
 }
@@ -480,8 +489,8 @@ ForwardResult Lane::frames(const Utterance& u, std::vector<int32_t> durations, T
                         frame_token, T, F, f0, n, dec_out);
         decoder.mark("decoder");
         const Context generator = ctx.with_fast(fast(ModelPart::kGenerator));
-        generator_forward(generator, generator_schedule(side, resblocks, F), stft, dec_out, har,
-                          F, audio);
+        generator_forward(generator, generator_schedule(generator, side, resblocks, F), stft,
+                          dec_out, har, F, audio);
         generator.mark("conv_post, iSTFT");
     });
 

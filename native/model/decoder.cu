@@ -37,7 +37,7 @@ void adain_res_blk1d(const Context& ctx, const Context& shortcut_ctx, const std:
     // two commute (an upsampled column is a copy), so an fp32 1x1 conv runs
     // first, on half the columns; the tensor-core conv's output is FP16, so it
     // runs on the upsampled x.
-    const bool apart = &shortcut_ctx != &ctx && (upsample || c_in != c_out);
+    const bool apart = shortcut_ctx.stream != ctx.stream && (upsample || c_in != c_out);
     if (apart) shortcut_ctx.wait_for(ctx);  // x
     auto upsampled = [&](const float* src, int channels) -> const float* {
         if (!upsample) return src;

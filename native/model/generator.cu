@@ -241,7 +241,6 @@ std::vector<int64_t> generator_stage_values(const ModelConfig& cfg, int F) {
 void generator_forward(const Context& ctx, const GeneratorSchedule& schedule, ops::Stft& stft,
                        const float* x, const float* har, int F, float* audio) {
     const Context& side = schedule.side;
-    const Context(&resblocks)[kResblockStreams] = schedule.resblocks;
     const ModelConfig& cfg = ctx.cfg;
     const std::string g = "decoder.generator";
     const int spec_rows = cfg.n_fft + 2;
@@ -317,11 +316,7 @@ void generator_forward(const Context& ctx, const GeneratorSchedule& schedule, op
         blocks.reserve(size_t(n_kernels));
         for (int j = 0; j < n_kernels; ++j) {
             const std::string block = g + ".resblocks." + std::to_string(i * n_kernels + j);
-            // The source branches are done at the last stage (ctx waited for
-            // them): block 1 takes the side stream's slots there.
-            const Context block_ctx = !concurrent || j == 0 ? ctx
-                                 : last && j == 1      ? resblocks[0].with_slots_of(side)
-                                                       : resblocks[j - 1];
+            const Context& block_ctx = schedule.block_contexts[size_t(i)][size_t(j)];
             if (concurrent && j > 0) block_ctx.wait_for(ctx);  // stage_in
             blocks.emplace_back(block_ctx.with_conv_streams(concurrent ? n_kernels : 1), block,
                                 stage_in, outs[size_t(j)], s.c_out, s.t_out,

@@ -138,7 +138,7 @@ public:
 private:
     Context context(int stream, bool fast, Trace* trace);
     // The generator's streams and concurrency for F frames (GeneratorSchedule).
-    GeneratorSchedule generator_schedule(const Context& side,
+    GeneratorSchedule generator_schedule(const Context& generator, const Context& side,
                                          const Context (&resblocks)[kResblockStreams],
                                          int F) const;
     // The frame phase of `u`, whose token phase left its outputs in the

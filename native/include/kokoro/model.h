@@ -79,17 +79,16 @@ StridedConvs generator_strided_convs(const ModelConfig& cfg);
 // measure of a stage (GeneratorSchedule).
 std::vector<int64_t> generator_stage_values(const ModelConfig& cfg, int F);
 // Where the generator's work runs, as the lane schedules it (lane.cu): the
-// source branches' context `side` (whose stream holds har already), the
-// residual blocks' contexts, and per stage whether its source branch runs
-// on `side` (else on ctx, just before the stage) and whether its residual
-// blocks run concurrently (blocks 2.. on `resblocks`, at the last stage
-// block 2 with `side`'s workspace slots, enqueued in step order).
+// source branches' context `side` (whose stream holds har already), and per
+// stage whether its source branch runs on `side` (else on ctx, just before
+// the stage), whether its residual blocks run concurrently (enqueued in step
+// order), and each residual block's context.
 constexpr int kResblockStreams = 2;
 struct GeneratorSchedule {
     const Context& side;
-    const Context (&resblocks)[kResblockStreams];
-    std::vector<bool> branch_on_side;     // per stage
-    std::vector<bool> concurrent_blocks;  // per stage
+    std::vector<bool> branch_on_side;                  // per stage
+    std::vector<bool> concurrent_blocks;               // per stage
+    std::vector<std::vector<Context>> block_contexts;  // per stage, per residual block
 };
 // iSTFTNet generator: x [upsample_initial_channel, 2F] and the source har
 // -> audio [source_upsampling() * 2F], scheduled by `schedule`. ctx has
