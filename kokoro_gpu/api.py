@@ -5,8 +5,9 @@ directory), loads the checkpoint into folded float32 weights, and builds the
 backend for the requested device; ``synthesize`` turns text (or phonemes) and
 a voice into 24 kHz audio with word timestamps, chunking long input at
 sentence and clause boundaries; ``stream`` yields the chunks as they are
-made; ``synthesize_batch`` runs many phoneme inputs in one backend call
-(concurrently on the CUDA engine). The module-level ``synthesize`` does the same on a cached model.
+made; ``synthesize_batch`` runs many phoneme inputs through the model's
+continuous-batching scheduler (``KokoroTTS.scheduler``: one backend call, concurrent on
+the CUDA engine). The module-level ``synthesize`` does the same on a cached model.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import functools
 import logging
 import math
 import re
+import threading
 import warnings
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +30,7 @@ from .backends import Backend, create_backend
 from .checkpoint import default_model, load_checkpoint, resolve_model
 from .config import SAMPLE_RATE, ModelConfig
 from .errors import BackendError, InputError
+from .scheduler import DEFAULT_MAX_QUEUE, ChunkScheduler, ChunkSpec
 from .text.chunking import (
     MAX_PHONEMES,
     Chunk,
@@ -191,6 +195,8 @@ class KokoroTTS:
         self.voices = voices
         self.sample_rate = SAMPLE_RATE
         self.default_voice = _default_voice(voices)
+        self._scheduler: ChunkScheduler | None = None
+        self._scheduler_lock = threading.Lock()
 
     @classmethod
     def from_pretrained(
@@ -229,6 +235,41 @@ class KokoroTTS:
 
     def list_voices(self) -> list[str]:
         return self.voices.available()
+
+    @property
+    def scheduler(self) -> ChunkScheduler:
+        """The continuous-batching scheduler ``synthesize_batch`` submits to (started on first use).
+
+        On CUDA its batch bound is its queue bound, so a whole ``synthesize_batch`` call goes to the
+        engine as one ``forward_batch`` (whose lanes pull the chunks), and it gathers no companions
+        (a call's chunks are all queued before the worker wakes). ``close()`` stops it; a later
+        call starts a new one.
+        """
+        with self._scheduler_lock:
+            if self._scheduler is None or self._scheduler.closed:
+                scheduler = ChunkScheduler(
+                    self.backend,
+                    max_batch=DEFAULT_MAX_QUEUE if self.backend.device == "cuda" else 1,
+                    max_queue=DEFAULT_MAX_QUEUE,
+                    gather_s=0.0,
+                )
+                # A model dropped without close() stops its worker, which holds the backend.
+                weakref.finalize(self, scheduler.close)
+                self._scheduler = scheduler
+            return self._scheduler
+
+    def close(self) -> None:
+        """Stop the scheduler of ``synthesize_batch`` after its queued chunks finish; safe to repeat."""
+        with self._scheduler_lock:
+            scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.close()
+
+    def __enter__(self) -> KokoroTTS:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def synthesize(
         self,
@@ -361,7 +402,7 @@ class KokoroTTS:
         deterministic: bool = False,
         seed: int | None = None,
     ) -> list[SynthesisResult]:
-        """Many phoneme inputs in one backend call (concurrent on CUDA) -> one result per input.
+        """Many phoneme inputs through ``scheduler`` (one backend call on CUDA) -> one result per input.
 
         Each input is a phoneme string, or a dict with ``"phonemes"`` and
         optionally ``"voice"``, ``"speed"`` and ``"seed"`` overriding the
@@ -369,7 +410,8 @@ class KokoroTTS:
         speed=..., deterministic=deterministic, seed=seed_i)``, where
         ``seed_i`` is the input's ``"seed"``, else ``seed + i`` when ``seed``
         is given, else fresh; inputs longer than one chunk are split and
-        joined as ``synthesize`` does.
+        joined as ``synthesize`` does. Chunks of other threads' calls may
+        share the backend call.
         """
         if isinstance(inputs, (str, Mapping)):
             raise InputError("synthesize_batch takes a list of inputs; use synthesize for one")
@@ -377,7 +419,7 @@ class KokoroTTS:
         voice = self.default_voice if voice is None else voice
         limit = min(MAX_PHONEMES, self.config.max_phonemes)
         packs: dict[str, np.ndarray] = {}
-        items: list[tuple[np.ndarray, np.ndarray, float, int | None]] = []
+        specs: list[ChunkSpec] = []
         owners: list[tuple[int, Chunk]] = []
         for i, spec in enumerate(inputs):
             phonemes, spec_voice, spec_speed, spec_seed = self._batch_input(spec, i, voice, speed, seed)
@@ -387,15 +429,30 @@ class KokoroTTS:
             pack = packs[key]
             for j, chunk in enumerate(_phoneme_chunks(phonemes, limit)):
                 input_ids, ref_s = self._model_inputs(chunk.phonemes, pack)
-                items.append((input_ids, ref_s, spec_speed, None if spec_seed is None else spec_seed + j))
+                chunk_seed = None if spec_seed is None else spec_seed + j
+                specs.append(ChunkSpec(input_ids, ref_s, spec_speed, chunk_seed, deterministic))
                 owners.append((i, chunk))
-        outputs = self.backend.forward_batch(items, deterministic=deterministic)
+        outputs = self._run_chunks(specs)
         per_input: list[list[SynthesisResult]] = [[] for _ in inputs]
         for (i, chunk), (audio, durations) in zip(owners, outputs, strict=True):
             _check_audio(audio)
             offset = sum(r.seconds for r in per_input[i])
             per_input[i].append(self._chunk_result(chunk, audio, durations, offset))
         return [parts[0] if len(parts) == 1 else _join(parts, self.sample_rate) for parts in per_input]
+
+    def _run_chunks(self, specs: list[ChunkSpec]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The chunks through the scheduler, all queued at once (in waves of its queue bound)."""
+        scheduler = self.scheduler
+        outputs: list[tuple[np.ndarray, np.ndarray]] = []
+        for start in range(0, len(specs), scheduler.max_queue):
+            futures = []
+            try:
+                futures.extend(scheduler.submit(spec) for spec in specs[start : start + scheduler.max_queue])
+                outputs.extend((out.audio, out.durations) for out in (f.result() for f in futures))
+            finally:  # on a failure, chunks of this call not yet started are dropped
+                for future in futures:
+                    future.cancel()
+        return outputs
 
     @staticmethod
     def _batch_input(

@@ -1,0 +1,130 @@
+"""scripts/bench_traffic.py on the CPU: its corpus, its piece selection, its arrival loop and a --quick run.
+
+Also the path its batch form measures: ``KokoroTTS.synthesize_batch`` through the model's
+scheduler equals one-by-one synthesis, and ``close()`` / the context manager stop the scheduler.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from script_modules import load_script
+
+from kokoro_gpu import KokoroTTS
+from kokoro_gpu.config import ModelConfig
+from kokoro_gpu.scheduler import ChunkScheduler
+from kokoro_gpu.tokens import phonemes_to_ids
+
+bench_traffic = load_script("bench_traffic")
+HI = "h\u02c8I."
+THERE = "\u00f0\u02c8\u025b\u0279"
+HI_THERE = f"h\u02c8I {THERE}."
+PHONEMES_FILE = Path(__file__).parent / "data" / "traffic_phonemes.json"
+
+
+def test_committed_phonemes_cover_the_corpus() -> None:
+    """One chunk per corpus line (each fits a chunk), every one of the model's vocabulary, lengths mixed."""
+    chunks = bench_traffic.load_phonemes(PHONEMES_FILE)
+    lines = [line for line in bench_traffic.CORPUS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert len(chunks) == len(lines)
+    vocab = ModelConfig.load().vocab
+    for chunk in chunks:
+        assert len(phonemes_to_ids(chunk, vocab, 510)) == len(chunk) + 2  # no character dropped
+    lengths = [len(c) for c in chunks]
+    assert min(lengths) < 20 and max(lengths) > 200
+
+
+def test_committed_phonemes_match_the_front_end() -> None:
+    """The file is what the front end gives for the corpus today (rewrite with --write-phonemes)."""
+    pytest.importorskip("misaki")
+    text = bench_traffic.CORPUS.read_text(encoding="utf-8")
+    assert bench_traffic.phonemize_corpus(text) == bench_traffic.load_phonemes(PHONEMES_FILE)
+
+
+def test_word_prefixes_and_distinct_lengths() -> None:
+    pieces = bench_traffic.word_prefixes(["ab cd, ef gh.", "ij kl"])
+    assert pieces == ["ab.", "ab cd,", "ab cd, ef.", "ij."]
+    used = {len("ab.") + 2}
+    picked = bench_traffic.pick_distinct_lengths(pieces, used, 3, np.random.default_rng(0))
+    # "ij." has the used length: it comes last, after the two pieces of new lengths.
+    assert sorted(picked[:2]) == ["ab cd,", "ab cd, ef."] and picked[2] in ("ab.", "ij.")
+    assert len(bench_traffic.pick_distinct_lengths(pieces, set(), 10, np.random.default_rng(0))) == 4
+
+
+def test_idle_latency_fit_is_a_line_through_the_points() -> None:
+    rows = [bench_traffic.Latency(10, s, 0.0, 2.0 + 3.0 * s) for s in (1.0, 2.0, 4.0)]
+    intercept, slope = bench_traffic.idle_latency_fit(rows)
+    assert intercept == pytest.approx(2.0) and slope == pytest.approx(3.0)
+    assert bench_traffic.idle_latency_fit(rows[:1]) == (5.0, 0.0)
+
+
+@pytest.fixture(scope="module")
+def tts(demo_model_dir: Path) -> KokoroTTS:
+    with KokoroTTS.from_pretrained(demo_model_dir, device="cpu") as model:
+        yield model
+
+
+def test_arrivals_record_every_chunk(tts: KokoroTTS) -> None:
+    """Open loop: each chunk is submitted at its due time and its result recorded, none lost."""
+    inputs = bench_traffic.Inputs(tts, tts.voices.load("af_heart"))
+    specs = [inputs.spec(p, deterministic=True) for p in (HI, HI_THERE)]
+    with ChunkScheduler(tts.backend) as scheduler:
+        arrivals, wall = bench_traffic.run_arrivals(scheduler, specs, [0.0, 0.05])
+    assert [a.error for a in arrivals] == ["", ""]
+    assert arrivals[1].due == pytest.approx(0.05)
+    for arrival, spec in zip(arrivals, specs, strict=True):
+        audio, _ = tts.backend.forward(spec.input_ids, spec.ref_s, 1.0, deterministic=True, seed=None)
+        assert arrival.audio_s == pytest.approx(len(audio) / 24000)
+        assert arrival.due < arrival.done <= wall
+
+
+def test_synthesize_batch_through_the_scheduler_equals_one_by_one(demo_model_dir: Path) -> None:
+    inputs = [HI, {"phonemes": THERE, "voice": "am_adam", "speed": 1.3}]
+    with KokoroTTS.from_pretrained(demo_model_dir, device="cpu") as model:
+        batch = model.synthesize_batch(inputs, voice="af_heart", seed=7)
+        scheduler = model.scheduler
+        assert not scheduler.closed
+        singles = [
+            model.synthesize(phonemes=HI, voice="af_heart", seed=7),
+            model.synthesize(phonemes=THERE, voice="am_adam", speed=1.3, seed=8),
+        ]
+    assert scheduler.closed
+    for got, want in zip(batch, singles, strict=True):
+        np.testing.assert_array_equal(got.audio, want.audio)
+        np.testing.assert_array_equal(got.durations, want.durations)
+    # Used after close(): a new scheduler starts.
+    again = model.synthesize_batch([HI], voice="af_heart", seed=7)
+    np.testing.assert_array_equal(again[0].audio, batch[0].audio)
+    assert model.scheduler is not scheduler
+    model.close()
+
+
+@pytest.mark.slow
+def test_quick_run_end_to_end(demo_model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "traffic.json"
+    md = tmp_path / "traffic.md"
+    argv = [
+        "--model",
+        str(demo_model_dir),
+        "--device",
+        "cpu",
+        "--quick",
+        "--phonemes-file",
+        str(PHONEMES_FILE),
+    ]
+    assert bench_traffic.main([*argv, "--json", str(out), "--md", str(md)]) == 0
+    forms = {f["title"]: f for f in json.loads(out.read_text(encoding="utf-8"))["forms"]}
+    batch = forms["(a) batch"]["figures"]
+    assert batch["mixed_vs_fixed"] == pytest.approx(
+        batch["mixed_audio_s_per_s"] / batch["fixed_audio_s_per_s"]
+    )
+    first_seen = forms["(b) first-seen, one by one"]["figures"]
+    assert first_seen["distinct_token_counts"] == len(first_seen["latencies"]) == 3
+    levels = forms["(c) open-loop Poisson arrivals through ChunkScheduler"]["figures"]["levels"]
+    assert [lv["load"] for lv in levels] == [0.25, 0.5, 0.9]
+    assert all(lv["errors"] == 0 and lv["p99_ms"] >= lv["p50_ms"] > 0 for lv in levels)
+    assert [row[3] in ("PASS", "FAIL") for row in forms["summary"]["rows"]] == [True] * 4
+    assert "## summary" in md.read_text(encoding="utf-8")
