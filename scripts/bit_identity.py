@@ -123,6 +123,9 @@ def synthesize(out: Path) -> None:
                 for i, result in enumerate(tts.synthesize_batch(inputs, voice="af_test", seed=40)):
                     arrays[f"synthesize_batch/{precision}/run{run}/{i}/audio"] = result.audio
                     arrays[f"synthesize_batch/{precision}/run{run}/{i}/durations"] = result.durations
+            close = getattr(tts, "close", None)  # (a KokoroTTS that owns a scheduler)
+            if close is not None:
+                close()
             print(f"random weights: {precision} done", flush=True)
     np.savez(out, **arrays)
     print(f"bit_identity: {len(arrays)} arrays -> {out}")
