@@ -33,13 +33,14 @@ CPU smoke run: ``--device cpu --quick``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,7 @@ class Settings:
     min_arrivals: int = 50
     max_arrivals: int = 4000
     max_phonemes: int = MAX_PHONEMES
+    max_batch: int | None = None  # (c)'s scheduler; None: its default for the device
 
 
 QUICK = Settings(
@@ -109,6 +111,12 @@ def load_phonemes(path: Path) -> list[str]:
     return chunks
 
 
+def joined_pairs(chunks: Sequence[str], limit: int) -> list[str]:
+    """Consecutive chunks joined (a two-sentence paragraph is one chunk) where they fit `limit`."""
+    pairs = (f"{a} {b}" for a, b in itertools.pairwise(chunks))
+    return [p for p in pairs if len(p) <= limit]
+
+
 def word_prefixes(chunks: Sequence[str]) -> list[str]:
     """Each chunk's word prefixes (ending in '.' where the prefix ends mid-sentence): more real shapes."""
     pieces = []
@@ -141,6 +149,7 @@ class Inputs:
     """A voice pack and the model's vocabulary: phonemes -> (ids, style)."""
 
     tts: KokoroTTS
+    voice: str
     pack: np.ndarray
 
     def spec(self, phonemes: str, **kwargs: Any) -> ChunkSpec:
@@ -169,47 +178,75 @@ class Form:
 # ------------------------------------------------------------- (a) batches
 
 
-def time_batch(tts: KokoroTTS, phonemes: list[str], voice: str, seed: int) -> tuple[float, float]:
-    """(seconds, audio seconds) of one synthesize_batch call."""
-    t0 = time.perf_counter()
-    results = tts.synthesize_batch(phonemes, voice=voice, seed=seed)
-    elapsed = time.perf_counter() - t0
-    return elapsed, sum(r.seconds for r in results)
+@dataclass(frozen=True)
+class BatchPath:
+    """A way to run a batch: the API's synthesize_batch (through the scheduler) or the engine call."""
+
+    name: str
+    run: Callable[[list[str], int], float]  # (phonemes, seed) -> audio seconds
 
 
-def form_batch(tts: KokoroTTS, voice: str, chunks: list[str], medium: str, s: Settings) -> Form:
+def batch_paths(tts: KokoroTTS, inputs: Inputs) -> list[BatchPath]:
+    def api(phonemes: list[str], seed: int) -> float:
+        return sum(r.seconds for r in tts.synthesize_batch(phonemes, voice=inputs.voice, seed=seed))
+
+    def engine(phonemes: list[str], seed: int) -> float:
+        specs = [inputs.spec(p) for p in phonemes]
+        items = [(c.input_ids, c.ref_s, 1.0, seed + i) for i, c in enumerate(specs)]
+        return sum(audio_seconds(audio) for audio, _ in tts.backend.forward_batch(items, deterministic=False))
+
+    return [BatchPath("synthesize_batch", api), BatchPath("forward_batch", engine)]
+
+
+def form_batch(tts: KokoroTTS, inputs: Inputs, chunks: list[str], medium: str, s: Settings) -> Form:
+    """Fixed and mixed batches, each round's batch run by both paths (the mixed draw is fresh each round)."""
     rng = np.random.default_rng(SEED)
-    form = Form("(a) batch", ("case", "chunks", "phonemes min-max", "median ms", "audio s", "audio s/s"))
-    cases: dict[str, Callable[[int], list[str]]] = {
-        "fixed (medium x N)": lambda _: [medium] * s.batch_size,
-        "mixed (fresh draw)": lambda _: [chunks[i] for i in rng.choice(len(chunks), s.batch_size)],
+    form = Form(
+        "(a) batch", ("case", "path", "chunks", "phonemes min-max", "median ms", "audio s", "audio s/s")
+    )
+    draws = {
+        "fixed (medium x N)": [[medium] * s.batch_size] * (s.warmup + s.rounds),
+        "mixed (fresh draw)": [
+            [chunks[i] for i in rng.choice(len(chunks), s.batch_size)] for _ in range(s.warmup + s.rounds)
+        ],
     }
-    rates, chunk_audio = {}, {}
-    for case, draw in cases.items():
-        runs = []
-        for r in range(s.warmup + s.rounds):
-            batch = draw(r)
-            elapsed, audio = time_batch(tts, batch, voice, SEED + r)
-            if r >= s.warmup:
-                runs.append((elapsed, audio, min(map(len, batch)), max(map(len, batch))))
-        rate = statistics.median(a / e for e, a, *_ in runs)
-        rates[case] = rate
-        chunk_audio[case] = statistics.median(r[1] for r in runs) / s.batch_size
-        form.rows.append(
-            [
-                case,
-                str(s.batch_size),
-                f"{min(r[2] for r in runs)}-{max(r[3] for r in runs)}",
-                f"{1e3 * statistics.median(r[0] for r in runs):.1f}",
-                f"{statistics.median(r[1] for r in runs):.1f}",
-                f"{rate:.1f}",
-            ]
-        )
-    fixed, mixed = rates["fixed (medium x N)"], rates["mixed (fresh draw)"]
+    rates: dict[tuple[str, str], float] = {}
+    chunk_audio: dict[str, float] = {}
+    for case, batches in draws.items():
+        for path in batch_paths(tts, inputs):
+            runs = []
+            for r, batch in enumerate(batches):
+                t0 = time.perf_counter()
+                audio = path.run(batch, SEED + r)
+                if r >= s.warmup:
+                    runs.append((time.perf_counter() - t0, audio))
+            rate = statistics.median(a / e for e, a in runs)
+            rates[case, path.name] = rate
+            chunk_audio[case] = statistics.median(a for _, a in runs) / s.batch_size
+            lengths = [len(p) for batch in batches[s.warmup :] for p in batch]
+            form.rows.append(
+                [
+                    case,
+                    path.name,
+                    str(s.batch_size),
+                    f"{min(lengths)}-{max(lengths)}",
+                    f"{1e3 * statistics.median(e for e, _ in runs):.1f}",
+                    f"{statistics.median(a for _, a in runs):.1f}",
+                    f"{rate:.1f}",
+                ]
+            )
+    fixed, mixed = (
+        rates["fixed (medium x N)", "synthesize_batch"],
+        rates["mixed (fresh draw)", "synthesize_batch"],
+    )
+    engine_fixed = rates["fixed (medium x N)", "forward_batch"]
     form.figures = {
+        "rates": {f"{case} / {path}": rate for (case, path), rate in rates.items()},
         "fixed_audio_s_per_s": fixed,
         "mixed_audio_s_per_s": mixed,
         "mixed_vs_fixed": mixed / fixed,
+        "mixed_vs_fixed_forward_batch": rates["mixed (fresh draw)", "forward_batch"] / engine_fixed,
+        "synthesize_batch_vs_forward_batch_fixed": fixed / engine_fixed,
         "mixed_chunk_audio_s": chunk_audio["mixed (fresh draw)"],
     }
     return form
@@ -238,7 +275,10 @@ def form_first_seen(tts: KokoroTTS, inputs: Inputs, pieces: list[str]) -> Form:
             )
             times.append(1e3 * (time.perf_counter() - t0))
         rows.append(Latency(len(spec.input_ids), audio_seconds(audio), times[0], times[1]))
-    form = Form("(b) first-seen, one by one", ("run", "chunks", "p50 ms", "p90 ms", "max ms", "x real time"))
+    form = Form(
+        "(b) first-seen, one by one",
+        ("run", "chunks", "token counts", "p50 ms", "p90 ms", "max ms", "x real time"),
+    )
     audio_total = sum(r.audio_s for r in rows)
     for run, values in (
         ("first seen", [r.first_ms for r in rows]),
@@ -248,6 +288,7 @@ def form_first_seen(tts: KokoroTTS, inputs: Inputs, pieces: list[str]) -> Form:
             [
                 run,
                 str(len(rows)),
+                str(len({r.tokens for r in rows})),
                 f"{statistics.median(values):.2f}",
                 f"{percentile(values, 90):.2f}",
                 f"{max(values):.2f}",
@@ -345,13 +386,14 @@ def form_arrivals(
             "p50 ms",
             "p99 ms",
             "p99 latency/idle",
+            "offered audio s/s",
             "audio s/s",
             "vs (a)",
             "errors",
         ),
     )
     levels = []
-    with ChunkScheduler(tts.backend) as scheduler:
+    with ChunkScheduler(tts.backend, max_batch=s.max_batch) as scheduler:
         for load in LOADS:
             rate = load * capacity.audio_s_per_s / capacity.chunk_audio_s  # chunks per second
             count = int(min(s.max_arrivals, max(s.min_arrivals, rate * s.arrival_seconds)))
@@ -363,6 +405,7 @@ def form_arrivals(
             ratio = [lat / (fit[0] + fit[1] * a.audio_s) for lat, a in zip(latency, ok, strict=True)]
             first_due = arrivals[0].due
             sustained = sum(a.audio_s for a in ok) / max(wall - first_due, 1e-9)
+            offered = sum(a.audio_s for a in ok) / max(arrivals[-1].due - first_due, 1e-9)
             level = {
                 "load": load,
                 "chunks_per_s": rate,
@@ -370,6 +413,7 @@ def form_arrivals(
                 "p50_ms": percentile(latency, 50) if ok else None,
                 "p99_ms": percentile(latency, 99) if ok else None,
                 "p99_vs_idle": percentile(ratio, 99) if ok else None,
+                "offered_audio_s_per_s": offered,
                 "sustained_audio_s_per_s": sustained,
                 "sustained_vs_a": sustained / capacity.audio_s_per_s,
                 "errors": len(arrivals) - len(ok),
@@ -383,6 +427,7 @@ def form_arrivals(
                     _cell(level["p50_ms"], ".1f"),
                     _cell(level["p99_ms"], ".1f"),
                     _cell(level["p99_vs_idle"], ".2f"),
+                    f"{offered:.1f}",
                     f"{sustained:.1f}",
                     f"{100 * sustained / capacity.audio_s_per_s:.0f} %",
                     str(level["errors"])
@@ -475,6 +520,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--phonemes-file", type=Path, help="pre-phonemised chunks (from --write-phonemes)")
     p.add_argument("--write-phonemes", type=Path, help="phonemise the corpus, write the chunks here, exit")
     p.add_argument("--quick", action="store_true", help="a few short chunks per form (CPU smoke run)")
+    p.add_argument("--rounds", type=int, help="(a): timed rounds per case (default 5)")
+    p.add_argument("--first-seen", type=int, help="(b): chunks (default 200)")
+    p.add_argument("--arrival-seconds", type=float, help="(c): seconds of arrivals per load (default 8)")
+    p.add_argument("--max-batch", type=int, help="(c): the scheduler's max_batch (default: its own)")
     p.add_argument("--json", type=Path, help="write the figures as JSON here")
     p.add_argument("--md", type=Path, help="write the tables as Markdown here")
     return p.parse_args(argv)
@@ -501,13 +550,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {len(chunks)} chunks to {args.write_phonemes}")
         return 0
     s = QUICK if args.quick else Settings()
+    overrides = {
+        "rounds": args.rounds,
+        "first_seen": args.first_seen,
+        "arrival_seconds": args.arrival_seconds,
+        "max_batch": args.max_batch,
+    }
+    s = replace(s, **{k: v for k, v in overrides.items() if v is not None})
     chunks = [c for c in corpus_chunks(args) if len(c) <= s.max_phonemes]
     pieces = [p for p in word_prefixes(chunks) if len(p) <= s.max_phonemes]
+    pieces += joined_pairs(chunks, s.max_phonemes)
     if not chunks:
         raise SystemExit(f"no corpus chunk has at most {s.max_phonemes} phonemes")
     tts = KokoroTTS.from_pretrained(args.model, device=args.device, precision=args.precision)
     voice = args.voice or tts.default_voice
-    inputs = Inputs(tts, tts.voices.load(voice))
+    inputs = Inputs(tts, voice, tts.voices.load(voice))
     medium = min(chunks, key=lambda c: abs(len(c) - MEDIUM_PHONEMES))
     meta: dict[str, Any] = {
         "model": args.model,
@@ -520,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     started = time.perf_counter()
     with tts:
-        a = form_batch(tts, voice, chunks, medium, s)
+        a = form_batch(tts, inputs, chunks, medium, s)
         print(render_text(a), flush=True)
         used = {len(c) + 2 for c in chunks} | {len(medium) + 2}
         b = form_first_seen(

@@ -69,7 +69,7 @@ def tts(demo_model_dir: Path) -> KokoroTTS:
 
 def test_arrivals_record_every_chunk(tts: KokoroTTS) -> None:
     """Open loop: each chunk is submitted at its due time and its result recorded, none lost."""
-    inputs = bench_traffic.Inputs(tts, tts.voices.load("af_heart"))
+    inputs = bench_traffic.Inputs(tts, "af_heart", tts.voices.load("af_heart"))
     specs = [inputs.spec(p, deterministic=True) for p in (HI, HI_THERE)]
     with ChunkScheduler(tts.backend) as scheduler:
         arrivals, wall = bench_traffic.run_arrivals(scheduler, specs, [0.0, 0.05])
