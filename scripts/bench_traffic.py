@@ -48,6 +48,7 @@ import numpy as np
 
 from kokoro_gpu import KokoroTTS
 from kokoro_gpu.config import SAMPLE_RATE
+from kokoro_gpu.errors import KokoroError
 from kokoro_gpu.scheduler import ChunkScheduler, ChunkSpec
 from kokoro_gpu.text.chunking import MAX_PHONEMES, chunk_words, speakable, split_long_line, split_paragraphs
 from kokoro_gpu.tokens import phonemes_to_ids
@@ -55,6 +56,7 @@ from kokoro_gpu.voices import style_for
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "data" / "traffic_corpus.txt"
+PHONEMES = ROOT / "tests" / "data" / "traffic_phonemes.json"  # CORPUS phonemised (--write-phonemes)
 MEDIUM_PHONEMES = 157  # the fixed-shape benchmark's medium utterance (scripts/bench.py)
 LOADS = (0.25, 0.5, 0.9)
 TARGETS = {"mixed_vs_fixed": 0.90, "first_seen_vs_replayed": 1.15, "p99_vs_idle": 4.0, "sustained_vs_a": 0.85}
@@ -530,9 +532,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def corpus_chunks(args: argparse.Namespace) -> list[str]:
+    """The chunks: from --phonemes-file, else the front end on the corpus (the default corpus's
+    committed phonemes where the English front end cannot run)."""
     if args.phonemes_file is not None:
         return load_phonemes(args.phonemes_file)
-    return phonemize_corpus(args.corpus.read_text(encoding="utf-8"))
+    try:
+        return phonemize_corpus(args.corpus.read_text(encoding="utf-8"))
+    except (ImportError, KokoroError) as e:
+        if args.corpus != CORPUS:
+            raise SystemExit(f"cannot phonemise {args.corpus}: {e}; pass --phonemes-file") from None
+        print(f"note: the English front end is unavailable ({e}); reading {PHONEMES.name}")
+        return load_phonemes(PHONEMES)
 
 
 def main(argv: list[str] | None = None) -> int:

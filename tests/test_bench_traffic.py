@@ -7,6 +7,9 @@ scheduler equals one-by-one synthesis, and ``close()`` / the context manager sto
 from __future__ import annotations
 
 import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -14,15 +17,17 @@ import pytest
 from script_modules import load_script
 
 from kokoro_gpu import KokoroTTS
+from kokoro_gpu.backends import Backend
 from kokoro_gpu.config import ModelConfig
-from kokoro_gpu.scheduler import ChunkScheduler
+from kokoro_gpu.scheduler import ChunkScheduler, ChunkSpec
 from kokoro_gpu.tokens import phonemes_to_ids
+from kokoro_gpu.voices import VoiceStore
 
 bench_traffic = load_script("bench_traffic")
 HI = "h\u02c8I."
 THERE = "\u00f0\u02c8\u025b\u0279"
 HI_THERE = f"h\u02c8I {THERE}."
-PHONEMES_FILE = Path(__file__).parent / "data" / "traffic_phonemes.json"
+PHONEMES_FILE = bench_traffic.PHONEMES
 
 
 def test_committed_phonemes_cover_the_corpus() -> None:
@@ -100,6 +105,52 @@ def test_synthesize_batch_through_the_scheduler_equals_one_by_one(demo_model_dir
     np.testing.assert_array_equal(again[0].audio, batch[0].audio)
     assert model.scheduler is not scheduler
     model.close()
+
+
+class HeldBackend(Backend):
+    """Audio = a function of the ids; records each forward_batch's size; held until `gate` is set."""
+
+    device = "cuda"  # KokoroTTS's scheduler batches as on the engine
+    precision = "fp32"
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+        self.gate = threading.Event()
+        self.started = threading.Event()
+
+    def forward(self, input_ids, ref_s, speed, *, deterministic, seed, trace=None):
+        return np.full(10 * len(input_ids), float(input_ids.sum()), dtype=np.float32), np.ones(
+            len(input_ids), dtype=np.int64
+        )
+
+    def forward_batch(self, items, *, deterministic):
+        self.started.set()
+        self.gate.wait()
+        self.batches.append(len(items))
+        return super().forward_batch(items, deterministic=deterministic)
+
+
+def test_synthesize_batch_is_one_engine_call(demo_model_dir: Path) -> None:
+    """On CUDA a whole call's chunks, queued while the engine is busy, go in one forward_batch."""
+    backend = HeldBackend()
+    model = KokoroTTS(ModelConfig.load(), backend, VoiceStore(demo_model_dir / "voices", None))
+    with model:
+        busy = model.scheduler.submit(ChunkSpec(np.array([0, 5, 0]), np.zeros(256, np.float32)))
+        backend.started.wait(10)
+        inputs = [HI * (1 + i % 5) for i in range(300)]
+        with ThreadPoolExecutor(1) as pool:
+            call = pool.submit(model.synthesize_batch, inputs, voice="af_heart", seed=1)
+            deadline = time.monotonic() + 30
+            while (
+                model.scheduler.queue_depth < len(inputs) and not call.done() and time.monotonic() < deadline
+            ):
+                time.sleep(0.01)
+            backend.gate.set()
+            results = call.result(30)
+        busy.result(10)
+    assert backend.batches == [1, len(inputs)]
+    for phonemes, result in zip(inputs, results, strict=True):
+        assert len(result.audio) == 10 * (len(phonemes) + 2)
 
 
 @pytest.mark.slow
