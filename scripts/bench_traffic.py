@@ -3,26 +3,31 @@
 A corpus of English text (``tests/data/traffic_corpus.txt``) is phonemised once
 by the project's front end and chunked as the API chunks text; with
 ``--phonemes-file`` the chunks come from a file that ``--write-phonemes`` wrote
-(a machine without the English front end). Further pieces, for shapes not seen
-before, are the chunks' word prefixes. Three forms, on one model and device:
+(a machine without the English front end). The pieces run are the chunks, their
+word prefixes (a '.' ending one cut mid-sentence) and consecutive chunks joined
+(two-sentence paragraphs): 1,400 texts of 2 - 300 phonemes. Three forms, on one
+model and device:
 
-- (a) ``batch``: rounds of 64 mixed-length chunks (a fresh draw each round)
-  through ``KokoroTTS.synthesize_batch``, beside 64 copies of one medium chunk
-  (the fixed shape); median over the rounds after warm-up, audio seconds per
-  second, and mixed / fixed (target >= 90 %).
-- (b) ``first-seen``: chunks one by one (``backend.forward``), each of a token
-  count not run before, then the same chunk again at once (a replay of its
-  captured graph on CUDA): latency p50 / p90 / max, and first-seen median /
-  replayed median (target <= 1.15).
-- (c) ``arrivals``: open-loop Poisson arrivals through ``ChunkScheduler`` at
-  25 / 50 / 90 % of (a)'s mixed capacity; per-chunk latency from the arrival
-  time to the result, p50 / p99; each chunk's idle latency from a line fitted
-  to (b)'s replayed latencies against audio length; p99 of latency / idle
-  (target <= 4 at 90 %) and sustained audio seconds per second (target >= 85 %
-  of (a)'s).
+- (a) ``batch``: 64 copies of one medium chunk (the fixed shape), then rounds
+  of 64 pieces not run before (mixed lengths), each batch through
+  ``KokoroTTS.synthesize_batch`` (the scheduler) and, with other pieces,
+  through ``backend.forward_batch`` (the engine call alone); median over the
+  rounds after warm-up, audio seconds per second, and mixed / fixed through
+  synthesize_batch (target >= 90 %).
+- (b) ``first-seen``: pieces one by one (``backend.forward``), of distinct
+  token counts where the pool allows and none run in (a), then the same piece
+  again at once (a replay of its captured graph on CUDA; the engine keys graphs
+  by exact shape): latency p50 / p90 / max, and first-seen median / replayed
+  median (target <= 1.15).
+- (c) ``arrivals``: open-loop Poisson arrivals of (a)'s kind of pieces through
+  a ``ChunkScheduler`` (its default batching) at 25 / 50 / 90 % of (a)'s mixed
+  capacity; per-chunk latency from the arrival time to the result, p50 / p99;
+  each chunk's idle latency from a line fitted to (b)'s replayed latencies
+  against audio length; p99 of latency / idle (target <= 4 at 90 %) and
+  sustained audio seconds per second (target >= 85 % of (a)'s).
 
 PyTorch is not run here (it needs the official checkpoint layout; scripts/bench.py
-runs it on the same device with random weights). On the device::
+runs it on the same device with random weights). About a minute on an H100. On the device::
 
     python3 scripts/bench_traffic.py --model /tmp/kokoro-onnx-int8 --device cuda --precision fast \\
         --phonemes-file tests/data/traffic_phonemes.json --json $OUT/traffic.json --md $OUT/traffic.md
@@ -200,22 +205,29 @@ def batch_paths(tts: KokoroTTS, inputs: Inputs) -> list[BatchPath]:
     return [BatchPath("synthesize_batch", api), BatchPath("forward_batch", engine)]
 
 
-def form_batch(tts: KokoroTTS, inputs: Inputs, chunks: list[str], medium: str, s: Settings) -> Form:
-    """Fixed and mixed batches, each round's batch run by both paths (the mixed draw is fresh each round)."""
+def fresh_batches(pool: Sequence[str], count: int, size: int, rng: np.random.Generator) -> list[list[str]]:
+    """`count` batches of `size` pieces, no piece twice while the pool lasts."""
+    order: list[int] = []
+    while len(order) < count * size:
+        order.extend(rng.permutation(len(pool)).tolist())
+    return [[pool[i] for i in order[k * size : (k + 1) * size]] for k in range(count)]
+
+
+def form_batch(tts: KokoroTTS, inputs: Inputs, pool: list[str], medium: str, s: Settings) -> Form:
+    """The fixed batch, then mixed batches of pieces not run before, through both paths."""
     rng = np.random.default_rng(SEED)
     form = Form(
         "(a) batch", ("case", "path", "chunks", "phonemes min-max", "median ms", "audio s", "audio s/s")
     )
-    draws = {
-        "fixed (medium x N)": [[medium] * s.batch_size] * (s.warmup + s.rounds),
-        "mixed (fresh draw)": [
-            [chunks[i] for i in rng.choice(len(chunks), s.batch_size)] for _ in range(s.warmup + s.rounds)
-        ],
-    }
+    n = s.warmup + s.rounds
+    fresh = fresh_batches(pool, 2 * n, s.batch_size, rng)  # every path and round its own texts
     rates: dict[tuple[str, str], float] = {}
     chunk_audio: dict[str, float] = {}
-    for case, batches in draws.items():
-        for path in batch_paths(tts, inputs):
+    for case in ("fixed (medium x N)", "mixed (fresh draw)"):
+        for k, path in enumerate(batch_paths(tts, inputs)):
+            batches = (
+                [[medium] * s.batch_size] * n if case.startswith("fixed") else fresh[k * n : (k + 1) * n]
+            )
             runs = []
             for r, batch in enumerate(batches):
                 t0 = time.perf_counter()
@@ -568,35 +580,36 @@ def main(argv: list[str] | None = None) -> int:
     }
     s = replace(s, **{k: v for k, v in overrides.items() if v is not None})
     chunks = [c for c in corpus_chunks(args) if len(c) <= s.max_phonemes]
-    pieces = [p for p in word_prefixes(chunks) if len(p) <= s.max_phonemes]
-    pieces += joined_pairs(chunks, s.max_phonemes)
     if not chunks:
         raise SystemExit(f"no corpus chunk has at most {s.max_phonemes} phonemes")
+    medium = min(chunks, key=lambda c: abs(len(c) - MEDIUM_PHONEMES))
+    prefixes = [p for p in word_prefixes(chunks) if len(p) <= s.max_phonemes]
+    pool = list(dict.fromkeys([*chunks, *prefixes, *joined_pairs(chunks, s.max_phonemes)]))
+    first_seen = pick_distinct_lengths(pool, {len(medium) + 2}, s.first_seen, np.random.default_rng(SEED))
+    taken = set(first_seen)
+    rest = [p for p in pool if p not in taken] or pool
     tts = KokoroTTS.from_pretrained(args.model, device=args.device, precision=args.precision)
     voice = args.voice or tts.default_voice
     inputs = Inputs(tts, voice, tts.voices.load(voice))
-    medium = min(chunks, key=lambda c: abs(len(c) - MEDIUM_PHONEMES))
     meta: dict[str, Any] = {
         "model": args.model,
         "device": tts.device,
         "precision": tts.precision,
         "voice": voice,
         "corpus_chunks": len(chunks),
+        "pieces": len(pool),
         "medium_phonemes": len(medium),
         "settings": asdict(s),
     }
     started = time.perf_counter()
     with tts:
-        a = form_batch(tts, inputs, chunks, medium, s)
+        a = form_batch(tts, inputs, rest, medium, s)
         print(render_text(a), flush=True)
-        used = {len(c) + 2 for c in chunks} | {len(medium) + 2}
-        b = form_first_seen(
-            tts, inputs, pick_distinct_lengths(pieces, used, s.first_seen, np.random.default_rng(SEED))
-        )
+        b = form_first_seen(tts, inputs, first_seen)
         print(render_text(b), flush=True)
         latencies = [Latency(**r) for r in b.figures["latencies"]]
         capacity = Capacity(a.figures["mixed_audio_s_per_s"], a.figures["mixed_chunk_audio_s"])
-        c = form_arrivals(tts, inputs, chunks, capacity, idle_latency_fit(latencies), s)
+        c = form_arrivals(tts, inputs, rest, capacity, idle_latency_fit(latencies), s)
         print(render_text(c), flush=True)
     total = summary(a, b, c)
     print(render_text(total))
