@@ -419,7 +419,8 @@ def form_arrivals(
             ratio = [lat / (fit[0] + fit[1] * a.audio_s) for lat, a in zip(latency, ok, strict=True)]
             first_due = arrivals[0].due
             sustained = sum(a.audio_s for a in ok) / max(wall - first_due, 1e-9)
-            offered = sum(a.audio_s for a in ok) / max(arrivals[-1].due - first_due, 1e-9)
+            # Poisson: the audio of the arrivals before the last over the span of the arrivals.
+            offered = sum(a.audio_s for a in arrivals[:-1]) / max(arrivals[-1].due - first_due, 1e-9)
             level = {
                 "load": load,
                 "chunks_per_s": rate,
