@@ -66,6 +66,9 @@ MEDIUM_PHONEMES = 157  # the fixed-shape benchmark's medium utterance (scripts/b
 LOADS = (0.25, 0.5, 0.9)
 TARGETS = {"mixed_vs_fixed": 0.90, "first_seen_vs_replayed": 1.15, "p99_vs_idle": 4.0, "sustained_vs_a": 0.85}
 SEED = 2026
+ARRIVAL_COLUMNS = (
+    "load|chunks/s|chunks|p50 ms|p99 ms|p99 latency/idle|offered audio s/s|audio s/s|vs (a)|errors"
+)
 
 
 @dataclass(frozen=True)
@@ -84,14 +87,7 @@ class Settings:
 
 
 QUICK = Settings(
-    batch_size=3,
-    rounds=1,
-    warmup=0,
-    first_seen=3,
-    arrival_seconds=0.0,
-    min_arrivals=3,
-    max_arrivals=3,
-    max_phonemes=40,
+    3, rounds=1, warmup=0, first_seen=3, arrival_seconds=0.0, min_arrivals=3, max_arrivals=3, max_phonemes=40
 )
 
 
@@ -393,18 +389,7 @@ def form_arrivals(
     rng = np.random.default_rng(SEED + 1)
     form = Form(
         "(c) open-loop Poisson arrivals through ChunkScheduler",
-        (
-            "load",
-            "chunks/s",
-            "chunks",
-            "p50 ms",
-            "p99 ms",
-            "p99 latency/idle",
-            "offered audio s/s",
-            "audio s/s",
-            "vs (a)",
-            "errors",
-        ),
+        tuple(ARRIVAL_COLUMNS.split("|")),
     )
     levels = []
     with ChunkScheduler(tts.backend, max_batch=s.max_batch) as scheduler:
