@@ -406,7 +406,14 @@ def main(argv: list[str] | None = None) -> int:
     except KokoroError as e:
         print(f"kokoro-serve: error: {e}", file=sys.stderr)
         return 2
-    ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
+    try:
+        # "local": a new cluster, never one that an earlier `ray start` on this machine left recorded.
+        ray.init(address=address or "local", include_dashboard=False, logging_level=logging.WARNING)
+    except (ConnectionError, RuntimeError) as e:
+        print(f"kokoro-serve: error: cannot join the Ray cluster at {address}: {failure_line(e)}; is it "
+              "started (ray start --head), and with token authentication, is RAY_AUTH_MODE=token set here "
+              "with the head's ~/.ray/auth_token?", file=sys.stderr)
+        return 2
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _stop)  # after ray.init, which installs its own SIGTERM handler
     try:
@@ -433,4 +440,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the importable module's main: Ray ships a deployment class defined in __main__ by value,
+    # and the replica's app would not reach ReplicaApp.
+    from kokoro_gpu.ray_serve import main as module_main
+
+    sys.exit(module_main())

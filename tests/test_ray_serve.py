@@ -13,6 +13,7 @@ last test looks for). Every client call has a timeout, so nothing here hangs.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -213,7 +214,7 @@ def cluster(demo_model_dir):
     with pytest.MonkeyPatch.context() as env:
         # Inherited by Ray's GCS and raylet (started below) and so by every worker and their children.
         env.setenv(MARKER, marker)
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="warning")
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="warning")
     cluster = Cluster(url=f"http://127.0.0.1:{port}", marker=marker)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -391,3 +392,46 @@ def test_shutdown_leaves_no_process_behind(cluster):
     assert not left, [f"{p.pid} {p.name()}" for p in left]
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{cluster.url}/health", timeout=5)
+
+
+@pytest.mark.slow
+def test_the_command_serves_and_stops_on_sigterm(demo_model_dir, tts, tmp_path):
+    """``python -m kokoro_gpu.ray_serve`` (after the module's cluster is gone): a local cluster, one
+    replica, the openai client, SIGTERM -> exit 0 and no process left."""
+    marker = uuid.uuid4().hex
+    port = free_port()
+    log = tmp_path / "ray_serve.log"
+    argv = [sys.executable, "-m", "kokoro_gpu.ray_serve", "--model", str(demo_model_dir), "--device", "cpu",
+            "--replicas", "1", "--cpus-per-replica", "0.5", "--g2p-workers", "1", "--port", str(port),
+            "--log-level", "warning"]
+    with open(log, "wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                   env={**os.environ, MARKER: marker})
+    try:
+        url = f"http://127.0.0.1:{port}"
+        end = time.monotonic() + DEPLOY_TIMEOUT_S
+        while not _healthy(url):
+            assert process.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < end, f"not serving in {DEPLOY_TIMEOUT_S} s: {log.read_text()[-3000:]}"
+            time.sleep(1)
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0,
+                               timeout=CLIENT_TIMEOUT_S)
+        _, pcm = speak(client, 5)
+        np.testing.assert_array_equal(pcm, pcm16(tts.synthesize(TEXT, voice=VOICE, seed=5).audio))
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(120) == 0, log.read_text()[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    end = time.monotonic() + 60
+    while (left := cluster_processes(marker)) and time.monotonic() < end:
+        time.sleep(0.5)
+    assert not left, [f"{p.pid} {p.name()}" for p in left]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
