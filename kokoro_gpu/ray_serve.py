@@ -200,7 +200,8 @@ _SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{?)")
 
 def label_samples(text: str, name: str, value: str) -> str:
     """Prometheus text exposition with ``name="value"`` added to every sample's labels."""
-    label = f'{name}="{value.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    label = f'{name}="{escaped}"'
     lines = []
     for line in text.splitlines():
         m = _SAMPLE.match(line)
@@ -260,7 +261,7 @@ class ReplicaApp:
 
 
 def replica_id() -> str:
-    """This replica's Serve id (``replica_tag`` before Ray 2.10)."""
+    """This replica's Serve id (``replica_tag`` in older Ray releases)."""
     context = serve.get_replica_context()
     replica = getattr(context, "replica_id", None)
     return replica.unique_id if replica is not None else context.replica_tag
