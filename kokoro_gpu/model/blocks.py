@@ -73,13 +73,14 @@ class Conv1d:
 
     def __init__(self, p: Params, stride: int = 1, dilation: int = 1, pad: int | None = None,
                  bias: bool = True, method: Method | None = "gemm") -> None:
-        self.w = p("weight")
+        w = p("weight")
         self.b = p("bias") if bias else None
-        k = self.w.shape[-1]
         self.stride = stride
         self.dilation = dilation
-        self.pad = dilation * (k - 1) // 2 if pad is None else pad
-        self.prepared = PreparedConv1d(self.w, self.b, self.pad, dilation, method) if stride == 1 else None
+        self.pad = dilation * (w.shape[-1] - 1) // 2 if pad is None else pad
+        # The prepared form holds the weights it needs; only a strided conv keeps them as given.
+        self.prepared = PreparedConv1d(w, self.b, self.pad, dilation, method) if stride == 1 else None
+        self.w = w if self.prepared is None else None
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         if self.prepared is not None:
