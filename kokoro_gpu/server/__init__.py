@@ -14,6 +14,15 @@ __all__ = ["ServerSettings", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--ray" in argv:  # the same app on Ray Serve, one replica per GPU (the 'ray' extra)
+        try:
+            from ..ray_serve import main as ray_main
+        except ModuleNotFoundError as e:
+            print(f"kokoro-serve: error: --ray needs {e.name}; "
+                  "install it with: pip install 'kokoro-gpu[ray]'", file=sys.stderr)
+            return 2
+        return ray_main([a for a in argv if a != "--ray"])
     try:
         from .app import main as serve
     except ModuleNotFoundError as e:

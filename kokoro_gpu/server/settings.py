@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from dataclasses import dataclass
 
 from ..api import DEFAULT_MODEL, DEFAULT_VOICE
 from ..backends import DEVICES, PRECISIONS
+from ..checkpoint import default_model
 
 STRICT_MAX_INPUT_CHARS = 4096  # OpenAI's limit
 DEFAULT_MAX_INPUT_CHARS = 20000
@@ -58,7 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="An OpenAI-compatible speech server (POST /v1/audio/speech) batching concurrent "
         "requests on one model.",
     )
-    p.add_argument("--model", default=DEFAULT_MODEL, help="hub repo id or local model directory")
+    p.add_argument("--model", default=None,
+                   help=f"hub repo id, local model directory or file, or kokoro-onnx-int8 "
+                   f"(default: {DEFAULT_MODEL}, or kokoro-onnx-int8 where the hub is unreachable)")
+    p.add_argument("--ray", action="store_true", help="serve through Ray Serve, one replica per GPU "
+                   "(pip install 'kokoro-gpu[ray]'; its options: python -m kokoro_gpu.ray_serve --help)")
     p.add_argument("--device", choices=DEVICES, default="auto")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32")
     p.add_argument("--host", default="127.0.0.1")
@@ -97,9 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def settings_from_args(argv: list[str] | None = None) -> ServerSettings:
     args = build_parser().parse_args(argv)
+    model = args.model
+    if model is None:
+        model, notice = default_model(local_files_only=args.local_files_only)
+        if notice is not None:
+            print(f"kokoro-serve: {notice}", file=sys.stderr)
     max_input = args.max_input_chars or (STRICT_MAX_INPUT_CHARS if args.strict else DEFAULT_MAX_INPUT_CHARS)
     return ServerSettings(
-        model=args.model,
+        model=model,
         device=args.device,
         precision=args.precision,
         host=args.host,
