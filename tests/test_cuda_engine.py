@@ -33,10 +33,8 @@ from kokoro_gpu.random_weights import random_checkpoint, random_voice_pack
 from kokoro_gpu.voices import VoiceStore
 
 _CUDA = cuda_state()
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not _CUDA.usable, reason=f"CUDA unavailable: {_CUDA.reason}"),
-]
+# Skipped without a usable GPU by tests/conftest.py's gpu marker (one line for all of them).
+pytestmark = pytest.mark.gpu
 
 # Intermediates up to the decoder: float32 on both sides, same operation order
 # up to summation order, so normwise relative error within 1e-4.

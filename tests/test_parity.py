@@ -43,7 +43,7 @@ def test_fixtures_present_and_small() -> None:
             assert "audio" in f.official_f32_err
 
 
-@pytest.fixture(scope="module", params=["cpu", "cuda"])
+@pytest.fixture(scope="module", params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def device(request: pytest.FixtureRequest) -> str:
     try:
         return resolve_device(request.param)
