@@ -149,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# About 4 hours of speech: more is split by the caller, and an endless input stops here.
+MAX_INPUT_CHARS = 10_000_000
+
+
 def _read_text(args: argparse.Namespace, stdin: IO[str]) -> str:
     if args.text is not None and args.input is not None:
         raise InputError("give the text either as an argument or with -i FILE, not both")
@@ -156,7 +160,8 @@ def _read_text(args: argparse.Namespace, stdin: IO[str]) -> str:
         text = args.text
     elif args.input is not None:
         try:
-            text = Path(args.input).read_text(encoding="utf-8")
+            with open(args.input, encoding="utf-8") as f:
+                text = f.read(MAX_INPUT_CHARS + 1)
         except (OSError, UnicodeDecodeError) as e:
             reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
             raise InputError(f"cannot read input file {args.input}: {reason}") from None
@@ -164,10 +169,13 @@ def _read_text(args: argparse.Namespace, stdin: IO[str]) -> str:
         raise InputError('no text given; pass "TEXT", -i FILE, or pipe text to standard input')
     else:
         try:
-            text = stdin.read()
+            text = stdin.read(MAX_INPUT_CHARS + 1)
         except UnicodeDecodeError as e:
             raise InputError(f"standard input is not UTF-8 text (byte 0x{e.object[e.start]:02x} at "
                              f"offset {e.start}); pass UTF-8 text") from None
+    if len(text) > MAX_INPUT_CHARS:
+        # An endless source (-i /dev/zero, a pipe that never ends) stops here, not in memory.
+        raise InputError(f"the input text is over {MAX_INPUT_CHARS:,} characters; split it into parts")
     if not text.strip():
         raise InputError("the input text is empty; pass something to say")
     check_text(text, "the input text")

@@ -204,3 +204,13 @@ def test_messages_are_one_capped_line() -> None:
     assert len(message) == MAX_MESSAGE_CHARS and message.endswith("x do this") and " ... " in message
     assert one_line("caf\udce9 ok") == "caf  ok"
     assert str(InputError("short")) == "short" and isinstance(InputError("x"), ValueError)
+
+
+def test_cli_refuses_an_endless_input_file(tmp_path, capsys):
+    """-i /dev/zero ends in a one-line error after MAX_INPUT_CHARS characters, not in memory."""
+    from kokoro_gpu import cli
+
+    code = cli.main(["-i", "/dev/zero", "-o", str(tmp_path / "o.wav")])
+    err = capsys.readouterr().err
+    assert code == 2 and "over 10,000,000 characters" in err and len(err.splitlines()) == 1
+    assert not list(tmp_path.iterdir())
