@@ -38,7 +38,7 @@ from .text.chunking import (
     chunk_words,
     speakable,
     split_long_line,
-    split_paragraphs,
+    text_pieces,
 )
 from .text.g2p import LANG_NAMES, FrontEnd, Word, front_end, resolve_lang
 from .text.normalize import Normalization
@@ -355,7 +355,8 @@ class KokoroTTS:
 
     @staticmethod
     def _text_chunks(text: str, g2p: FrontEnd, limit: int) -> Iterator[Chunk]:
-        for line in split_paragraphs(text):
+        # The first sentence is a piece of its own: a stream's first audio waits for it alone.
+        for line in text_pieces(text):
             # Long lines go to the front end in pieces: its tagger's cost grows with the piece.
             for piece in split_long_line(line):
                 yield from (c for c in chunk_words(g2p(piece), limit) if speakable(c.phonemes))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 import warnings
 from collections import deque
@@ -31,7 +30,7 @@ import numpy as np
 from ..api import KokoroTTS
 from ..errors import InputError
 from ..scheduler import ChunkOutput, ChunkScheduler, ChunkSpec
-from ..text.chunking import MAX_PHONEMES, Chunk, chunk_words, split_paragraphs
+from ..text.chunking import MAX_PHONEMES, Chunk, chunk_words, text_pieces
 from ..text.timestamps import WordTimestamp, word_timestamps
 from ..tokens import phonemes_to_ids
 from ..voices import style_for
@@ -41,19 +40,6 @@ logger = logging.getLogger("kokoro_gpu.server")
 
 FADE_SAMPLES = 120  # 5 ms at 24 kHz
 _FADE_IN = (0.5 - 0.5 * np.cos(np.pi * (np.arange(FADE_SAMPLES) + 0.5) / FADE_SAMPLES)).astype(np.float32)
-# The first sentence: up to the first sentence end followed by a space (closing quotes stay with it).
-_FIRST_SENTENCE = re.compile(r".+?[.!?\u2026]+[\"')\]\u201d]*(?=\s)", re.S)
-
-
-def text_pieces(text: str) -> list[str]:
-    """The text as separately phonemised pieces: the first sentence alone, then whole lines."""
-    lines = split_paragraphs(text)
-    if not lines:
-        return []
-    m = _FIRST_SENTENCE.match(lines[0])
-    if m is None or not lines[0][m.end() :].strip():
-        return lines
-    return [m.group().strip(), lines[0][m.end() :].strip(), *lines[1:]]
 
 
 def phonemize_piece(text: str, lang: str, limit: int) -> list[Chunk]:

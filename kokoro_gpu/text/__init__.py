@@ -1,6 +1,6 @@
 """Text front end: phonemizers per language, chunking to the model's limit, word timestamps."""
 
-from .chunking import MAX_PHONEMES, Chunk, WordSpan, chunk_words, split_paragraphs
+from .chunking import MAX_PHONEMES, Chunk, WordSpan, chunk_words, split_paragraphs, text_pieces
 from .g2p import LANG_NAMES, Word, front_end, phonemize, resolve_lang
 from .normalize import Normalization, normalize_text
 from .timestamps import WordTimestamp, word_timestamps
@@ -19,5 +19,6 @@ __all__ = [
     "phonemize",
     "resolve_lang",
     "split_paragraphs",
+    "text_pieces",
     "word_timestamps",
 ]

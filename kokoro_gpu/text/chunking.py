@@ -68,6 +68,26 @@ def split_paragraphs(text: str) -> list[str]:
     return lines
 
 
+# The first sentence: up to the first sentence end followed by a space (closing quotes stay with it).
+_FIRST_SENTENCE = re.compile(r".+?[.!?\u2026]+[\"')\]\u201d]*(?=\s)", re.S)
+
+
+def text_pieces(text: str) -> list[str]:
+    """Text -> pieces phonemised and chunked separately: the first sentence alone, the rest of its line,
+    then each further line (``split_paragraphs``).
+
+    The first sentence alone makes the first chunk short, so a stream's first audio waits for one
+    sentence rather than for a chunk of up to 510 phonemes.
+    """
+    lines = split_paragraphs(text)
+    if not lines:
+        return []
+    m = _FIRST_SENTENCE.match(lines[0])
+    if m is None or not lines[0][m.end() :].strip():
+        return lines
+    return [m.group().strip(), lines[0][m.end() :].strip(), *lines[1:]]
+
+
 def split_long_line(line: str, limit: int = MAX_LINE_CHARS) -> Iterator[str]:
     """A line in pieces of at most ``limit`` characters, cut at the strongest boundary in each."""
     rest = line
