@@ -20,7 +20,6 @@ import logging
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -28,8 +27,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, NoReturn
-
-import numpy as np
 
 from .api import (
     DEFAULT_MODEL,
@@ -45,6 +42,7 @@ from .backends import DEVICES
 from .checkpoint import API_MODEL_HINT, CLI_MODEL_HINT, HubUnreachable, default_model
 from .config import SAMPLE_RATE
 from .errors import BackendError, InputError, KokoroError
+from .output import atomic_path, pcm16
 from .real_model import DEFAULT_REAL_VOICE, REAL_MODEL_NAME
 from .text.g2p import LANG_NAMES, resolve_lang
 from .text.normalize import normalize_text
@@ -201,27 +199,6 @@ def _check_output(path: str, formats: Sequence[str], what: str, overwrite: bool)
     if not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(f"cannot write {path}: directory {parent} is not writable")
     return target
-
-
-@contextmanager
-def _atomic(target: Path) -> Iterator[Path]:
-    """A temporary path beside ``target``, renamed onto it on success and removed on failure."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        # mkstemp makes the file private; give it the mode a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _pcm16(audio: np.ndarray) -> np.ndarray:
-    return np.round(np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2")
 
 
 def _srt_time(seconds: float) -> str:
@@ -417,18 +394,18 @@ def _speak(args: argparse.Namespace, text: str, stdout: IO[bytes], stderr: IO[st
     try:
         if audio_path is None:
             with _writing("standard output"):
-                consume(lambda audio: (stdout.write(_pcm16(audio).tobytes()), stdout.flush()))
+                consume(lambda audio: (stdout.write(pcm16(audio).tobytes()), stdout.flush()))
         else:
             import soundfile
 
             fmt, subtype = AUDIO_FORMATS[audio_path.suffix.lower()]
-            with _writing(audio_path), _atomic(audio_path) as tmp:
+            with _writing(audio_path), atomic_path(audio_path) as tmp:
                 with soundfile.SoundFile(tmp, "w", SAMPLE_RATE, 1, subtype=subtype, format=fmt) as f:
-                    consume(lambda audio: f.write(_pcm16(audio)))
+                    consume(lambda audio: f.write(pcm16(audio)))
     finally:
         progress.close()
     if stamps_path is not None:
-        with _writing(stamps_path), _atomic(stamps_path) as tmp:
+        with _writing(stamps_path), atomic_path(stamps_path) as tmp:
             tmp.write_text(format_timestamps(words, seconds, stamps_path.suffix.lower()), encoding="utf-8")
 
 

@@ -22,10 +22,8 @@ midway removes the temporary file and the outputs this run already wrote.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,6 +37,7 @@ from .config import ModelConfig
 from .errors import CheckpointError, InputError, KokoroError, VoiceError
 from .layout import official_layout, split_folded_name, weight_norm_names
 from .onnx_weights import ONNX_SUFFIX, load_onnx_weights
+from .output import atomic_path
 from .pth import read_pth
 from .voices import SAFETENSORS_KEY, VoiceStore, validate_pack
 
@@ -76,15 +75,8 @@ def _check_free(paths: Sequence[Path], overwrite: bool) -> None:
 def _write(path: Path, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
     """Write via a temporary file in the same directory, then rename (never a half-written output)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    os.close(fd)
-    try:
-        save_file(tensors, tmp, metadata=metadata)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=metadata)
 
 
 def official_from_folded(weights: dict[str, np.ndarray], config: ModelConfig) -> dict[str, np.ndarray]:

@@ -27,10 +27,10 @@ import hashlib
 import importlib.util
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from .errors import CheckpointError
+from .output import atomic_path
 
 REAL_MODEL_NAME = "kokoro-onnx-int8"
 ONNX_FILENAME = "kokoro-v1.0.int8.onnx"
@@ -100,15 +100,8 @@ def _is_built(path: Path, sha256: str, size: int) -> bool:
 
 def _atomic_write(target: Path, write: object) -> None:
     """Call ``write(file)`` on a temporary file beside ``target``, then rename it onto ``target``."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)  # type: ignore[operator]
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(target) as tmp, open(tmp, "wb") as f:
+        write(f)  # type: ignore[operator]
 
 
 def _join_parts(parts: list[Path], sha256: str, target: Path) -> None:

@@ -20,6 +20,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from ..config import SAMPLE_RATE
+from ..output import pcm16
 
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 MEDIA_TYPES = {
@@ -37,11 +38,6 @@ _UNKNOWN_SIZE = 0xFFFFFFFF
 
 def aac_available() -> bool:
     return importlib.util.find_spec("av") is not None
-
-
-def pcm16(audio: np.ndarray) -> np.ndarray:
-    """Float audio in [-1, 1] as int16 (clipped, rounded to nearest)."""
-    return np.round(np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2")
 
 
 class StreamEncoder(ABC):
