@@ -36,8 +36,8 @@ from .text.chunking import (
     Chunk,
     WordSpan,
     chunk_words,
+    piece_chunks,
     speakable,
-    split_long_line,
     text_pieces,
 )
 from .text.g2p import LANG_NAMES, FrontEnd, Word, front_end, resolve_lang
@@ -356,10 +356,8 @@ class KokoroTTS:
     @staticmethod
     def _text_chunks(text: str, g2p: FrontEnd, limit: int) -> Iterator[Chunk]:
         # The first sentence is a piece of its own: a stream's first audio waits for it alone.
-        for line in text_pieces(text):
-            # Long lines go to the front end in pieces: its tagger's cost grows with the piece.
-            for piece in split_long_line(line):
-                yield from (c for c in chunk_words(g2p(piece), limit) if speakable(c.phonemes))
+        for piece in text_pieces(text):
+            yield from piece_chunks(piece, g2p, limit)
 
     def _stream(
         self, chunks: Iterable[Chunk], pack: np.ndarray, speed: float, deterministic: bool, seed: int | None

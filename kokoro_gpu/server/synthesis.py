@@ -30,7 +30,7 @@ import numpy as np
 from ..api import KokoroTTS
 from ..errors import InputError
 from ..scheduler import ChunkOutput, ChunkScheduler, ChunkSpec
-from ..text.chunking import MAX_PHONEMES, Chunk, chunk_words, text_pieces
+from ..text.chunking import MAX_PHONEMES, Chunk, piece_chunks, text_pieces
 from ..text.timestamps import WordTimestamp, word_timestamps
 from ..tokens import phonemes_to_ids
 from ..voices import style_for
@@ -46,7 +46,7 @@ def phonemize_piece(text: str, lang: str, limit: int) -> list[Chunk]:
     """Runs in a front-end worker process: one piece of text -> its chunks."""
     from ..text.g2p import front_end
 
-    return chunk_words(front_end(lang)(text), limit)
+    return list(piece_chunks(text, front_end(lang), limit))
 
 
 def warm_front_end(langs: tuple[str, ...]) -> None:

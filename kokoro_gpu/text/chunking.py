@@ -11,7 +11,7 @@ then between words, taking the strongest cut that leaves the rest room to fit.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from .g2p import Word
@@ -86,6 +86,18 @@ def text_pieces(text: str) -> list[str]:
     if m is None or not lines[0][m.end() :].strip():
         return lines
     return [m.group().strip(), lines[0][m.end() :].strip(), *lines[1:]]
+
+
+def piece_chunks(
+    piece: str, g2p: Callable[[str], Sequence[Word]], limit: int = MAX_PHONEMES
+) -> Iterator[Chunk]:
+    """One piece of ``text_pieces`` -> its chunks with something to say, part by part.
+
+    A long line reaches the front end in parts (``split_long_line``): its tagger's cost grows with
+    the part. Chunks of punctuation alone are dropped.
+    """
+    for part in split_long_line(piece):
+        yield from (c for c in chunk_words(g2p(part), limit) if speakable(c.phonemes))
 
 
 def split_long_line(line: str, limit: int = MAX_LINE_CHARS) -> Iterator[str]:
