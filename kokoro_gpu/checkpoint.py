@@ -98,7 +98,8 @@ def fold_weight_norm(g: np.ndarray, v: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(v * scale.reshape((-1,) + (1,) * (v.ndim - 1)), dtype=np.float32)
 
 
-def _listing(names: list[str]) -> str:
+def name_listing(names: list[str]) -> str:
+    """The first few names, and how many more: an error names what is wrong without a wall of text."""
     shown = ", ".join(names[:_LISTED])
     return shown + (f" and {len(names) - _LISTED} more" if len(names) > _LISTED else "")
 
@@ -162,14 +163,14 @@ def fold_official(state: Any, config: ModelConfig, source: str = "checkpoint") -
             elif (problem := value_problem(arr)) is not None:
                 bad_values.append(f"{key} has {problem}")
 
-    problems = [f"{len(items)} {what} ({_listing(items)})" for what, items in
+    problems = [f"{len(items)} {what} ({name_listing(items)})" for what, items in
                 (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped),
                  ("not floating point", not_float)) if items]
     if problems:
         raise CheckpointError(f"{source} does not match the model layout: {'; '.join(problems)}; "
                               "check that the checkpoint and config.json belong together")
     if bad_values:
-        raise CheckpointError(f"{source}: {len(bad_values)} tensors unusable: {_listing(bad_values)}; "
+        raise CheckpointError(f"{source}: {len(bad_values)} tensors unusable: {name_listing(bad_values)}; "
                               "the file is corrupt (re-download or re-convert it)")
 
     out: dict[str, np.ndarray] = {}
@@ -243,8 +244,9 @@ CLI_MODEL_HINT = "--model DIR"
 _OFFLINE_HINT = f"for offline use pass a local directory: {API_MODEL_HINT}"
 # kokoro-onnx's model files, most precise first: a directory holding several uses the first.
 ONNX_FILENAMES = ("kokoro-v1.0.onnx", "kokoro-v1.0.fp16.onnx", "kokoro-v1.0.int8.onnx")
-# kokoro-onnx keeps its voices archive beside the model (voices.VOICES_BIN; voices imports this module).
-_VOICES_ARCHIVE = "voices-v1.0.bin"
+# The single-file voice archive of kokoro-onnx and other runtimes (a NumPy .npz), in a model
+# directory's voices/ or beside an .onnx.
+VOICES_ARCHIVE = "voices-v1.0.bin"
 HUB_HOST = "huggingface.co"
 # One connection attempt stands in for huggingface_hub's five retries (about 24 s offline).
 HUB_PROBE_SECONDS = 3.0
@@ -346,7 +348,7 @@ def _voices_dir(directory: Path) -> Path | None:
     voices = directory / "voices"
     if voices.is_dir():
         return voices
-    return directory if (directory / _VOICES_ARCHIVE).is_file() else None
+    return directory if (directory / VOICES_ARCHIVE).is_file() else None
 
 
 def _from_directory(directory: Path) -> ModelFiles:
@@ -363,7 +365,7 @@ def _from_directory(directory: Path) -> ModelFiles:
     else:
         found = sorted(f for f in directory.iterdir() if f.suffix in CHECKPOINT_SUFFIXES and f.is_file())
         if len(found) != 1:
-            what = "no" if not found else f"{len(found)} ({_listing([f.name for f in found])})"
+            what = "no" if not found else f"{len(found)} ({name_listing([f.name for f in found])})"
             raise CheckpointError(f"{what} checkpoint files (.pth / .safetensors / .onnx) in {directory}; "
                                   "keep exactly one there or pass the checkpoint file itself as model")
         checkpoint = found[0]

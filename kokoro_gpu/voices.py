@@ -23,13 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from .checkpoint import hub_download, read_safetensors
+from .checkpoint import VOICES_ARCHIVE, hub_download, read_safetensors
 from .errors import CheckpointError, InputError, VoiceError
 from .pth import read_member, read_pth
 
 PACK_LENGTH = 510
 STYLE_DIM = 256
-VOICES_BIN = "voices-v1.0.bin"
 VOICE_SUFFIXES = (".safetensors", ".pt", ".npy")
 SAFETENSORS_KEY = "voice"
 # First letter of an official voice name -> the language of the text front end.
@@ -187,7 +186,7 @@ class VoiceStore:
     def _bin_path(self) -> Path | None:
         if self.voices_dir is None:
             return None
-        path = self.voices_dir / VOICES_BIN
+        path = self.voices_dir / VOICES_ARCHIVE
         return path if _is_file(path) else None
 
     def _bin_entries(self) -> dict[str, str]:
@@ -212,12 +211,13 @@ class VoiceStore:
     def _bin_names(self) -> list[str]:
         return list(self._bin_entries())
 
-    def _bin_pack(self, name: str) -> np.ndarray:
+    def _bin_pack(self, name: str, member: str) -> np.ndarray:
+        """Voice ``name`` from its archive ``member`` (as ``_bin_entries`` maps it)."""
         path = self._bin_path()
         what = f"voice {name} in {path}"
         try:
             with zipfile.ZipFile(path) as archive:
-                info = archive.getinfo(self._bin_entries()[name])
+                info = archive.getinfo(member)
                 if info.file_size > MAX_VOICE_BYTES:
                     raise VoiceError(f"{what} declares {info.file_size} bytes; a voice pack needs about "
                                      "0.5 MB, so the archive is corrupt")
@@ -252,8 +252,9 @@ class VoiceStore:
                 path = self.voices_dir / f"{name}{suffix}"
                 if _is_file(path):
                     return read_voice_file(path)
-            if name in self._bin_entries():
-                return self._bin_pack(name)
+            member = self._bin_entries().get(name)
+            if member is not None:
+                return self._bin_pack(name, member)
         if self.repo_id is not None and name in official_voices():
             path = hub_download(self.repo_id, f"voices/{name}.pt",
                                 local_files_only=self.local_files_only, error=VoiceError)
