@@ -42,7 +42,7 @@ from .backends import DEVICES
 from .checkpoint import API_MODEL_HINT, CLI_MODEL_HINT, HubUnreachable, default_model
 from .config import SAMPLE_RATE
 from .errors import BackendError, InputError, KokoroError
-from .output import atomic_path, pcm16
+from .output import Terminated, atomic_path, pcm16, restore_signals, unwind_on_signals
 from .real_model import DEFAULT_REAL_VOICE, REAL_MODEL_NAME
 from .text.g2p import LANG_NAMES, resolve_lang
 from .text.normalize import normalize_text
@@ -63,35 +63,6 @@ class _UsageError(Exception):
 
 class _WriteError(Exception):
     """Writing an output failed (a full disk, a lost mount): the message names the file."""
-
-
-class _Terminated(BaseException):
-    """SIGTERM or SIGHUP, raised where the process is (as SIGINT raises KeyboardInterrupt)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise_terminated(signum: int, frame: Any) -> None:
-    raise _Terminated(signum)
-
-
-def _unwind_on_signals() -> dict[int, Any]:
-    """Make SIGTERM and SIGHUP unwind like SIGINT, so no temporary file stays; the old handlers."""
-    previous = {}
-    for name in ("SIGTERM", "SIGHUP"):
-        signum = getattr(signal, name, None)
-        try:
-            previous[signum] = signal.signal(signum, _raise_terminated)
-        except (TypeError, ValueError):  # not on this platform, or not the main thread
-            pass
-    return previous
-
-
-def _restore_signals(previous: dict[int, Any]) -> None:
-    for signum, handler in previous.items():
-        signal.signal(signum, handler)
 
 
 @contextmanager
@@ -417,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      line: Any = None) -> None:
         stderr.write(f"{PROG}: warning: {message}\n")
 
-    previous_handlers = _unwind_on_signals()
+    previous_handlers = unwind_on_signals()
     try:
         args = build_parser().parse_args(argv)
         if args.verbose:
@@ -456,11 +427,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         stderr.write(f"{PROG}: interrupted\n")
         return 130
-    except _Terminated as e:
+    except Terminated as e:
         stderr.write(f"{PROG}: terminated by {signal.Signals(e.signum).name}\n")
         return 128 + e.signum
     finally:
-        _restore_signals(previous_handlers)
+        restore_signals(previous_handlers)
 
 
 if __name__ == "__main__":

@@ -22,12 +22,9 @@ midway removes the temporary file and the outputs this run already wrote.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from safetensors.numpy import save_file
@@ -37,16 +34,12 @@ from .config import ModelConfig
 from .errors import CheckpointError, InputError, KokoroError, VoiceError
 from .layout import official_layout, split_folded_name, weight_norm_names
 from .onnx_weights import ONNX_SUFFIX, load_onnx_weights
-from .output import atomic_path
+from .output import Terminated, atomic_path, signals_unwind
 from .pth import read_pth
 from .voices import SAFETENSORS_KEY, VoiceStore, validate_pack
 
 # Voice archives in kokoro-onnx's format (an npz of [510, 1, 256] arrays).
 VOICE_ARCHIVE_SUFFIXES = (".bin", ".npz")
-
-
-class _Interrupted(BaseException):
-    """SIGTERM or SIGHUP arrived: unwind (removing temporary files) like SIGINT does."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -156,42 +149,19 @@ def convert(checkpoint: Path, output: Path, *, config: ModelConfig, voices: Path
     return written
 
 
-@contextmanager
-def _signals_unwind() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise (as SIGINT does), so the ``finally`` clauses remove temporary files."""
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise _Interrupted(signum)
-
-    previous = {}
-    for name in ("SIGTERM", "SIGHUP"):
-        signum = getattr(signal, name, None)
-        if signum is None:
-            continue
-        try:
-            previous[signum] = signal.signal(signum, interrupt)
-        except ValueError:  # not the main thread
-            pass
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if (args.voices is None) != (args.voices_out is None):
         parser.error("--voices and --voices-out go together")
     try:
-        with _signals_unwind():
+        with signals_unwind():
             written = convert(args.checkpoint, args.output, config=ModelConfig.load(args.config),
                               voices=args.voices, voices_out=args.voices_out, overwrite=args.overwrite)
     except (KokoroError, OSError) as e:
         print(f"kokoro-convert: error: {e}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, _Interrupted):
+    except (KeyboardInterrupt, Terminated):
         print("kokoro-convert: interrupted; no output written", file=sys.stderr)
         return 130
     for path in written:

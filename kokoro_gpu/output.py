@@ -1,12 +1,15 @@
-"""What the project writes out: 16-bit PCM samples, and files that appear whole or not at all."""
+"""What the project writes out: 16-bit PCM samples, and files that appear whole or not at all (also
+when SIGTERM or SIGHUP ends the process)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,3 +38,43 @@ def atomic_path(target: Path) -> Iterator[Path]:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised where the process is (as SIGINT raises KeyboardInterrupt), so that
+    ``finally`` clauses remove temporary files."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated(signum)
+
+
+def unwind_on_signals() -> dict[int, Any]:
+    """Make SIGTERM and SIGHUP raise ``Terminated``; returns the handlers they had."""
+    previous = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        try:
+            previous[signum] = signal.signal(signum, _raise_terminated)
+        except (TypeError, ValueError):  # not on this platform, or not the main thread
+            pass
+    return previous
+
+
+def restore_signals(previous: dict[int, Any]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
+@contextmanager
+def signals_unwind() -> Iterator[None]:
+    """``unwind_on_signals`` for the ``with`` block, the old handlers back after it."""
+    previous = unwind_on_signals()
+    try:
+        yield
+    finally:
+        restore_signals(previous)
