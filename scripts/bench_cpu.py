@@ -42,7 +42,7 @@ from kokoro_gpu import backends
 from kokoro_gpu.api import KokoroTTS
 from kokoro_gpu.checkpoint import load_checkpoint, resolve_model
 from kokoro_gpu.config import SAMPLE_RATE, ModelConfig
-from kokoro_gpu.text import front_end
+from kokoro_gpu.text import phonemize
 from kokoro_gpu.tokens import phonemes_to_ids
 from kokoro_gpu.voices import VoiceStore, style_for
 
@@ -80,11 +80,6 @@ class CpuRow:
     def x_realtime(self) -> float | None:
         m = self.median_s
         return self.audio_s / m if m and self.audio_s else None
-
-
-def phonemize(text: str, lang: str = "a") -> str:
-    words = front_end(lang)(text)
-    return "".join(w.phonemes + (" " if w.space else "") for w in words).strip()
 
 
 def onnx_runner(path: Path) -> Callable[[np.ndarray, np.ndarray, float], np.ndarray]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
-import os
 import sys
 from collections.abc import AsyncIterator
 from concurrent.futures import ProcessPoolExecutor
@@ -20,6 +19,7 @@ from fastapi import FastAPI
 
 from ..api import KokoroTTS
 from ..errors import KokoroError
+from ..ops.parallel import worker_count
 from ..scheduler import ChunkScheduler
 from ..text.chunking import MAX_PHONEMES
 from .errors import install_handlers
@@ -30,13 +30,6 @@ from .streams import ServerState
 from .synthesis import Synthesizer, phonemize_piece, warm_front_end
 
 logger = logging.getLogger("kokoro_gpu.server")
-
-
-def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def load_model(settings: ServerSettings) -> KokoroTTS:
@@ -53,7 +46,7 @@ def create_app(settings: ServerSettings, tts: KokoroTTS | None = None) -> FastAP
         model = tts if tts is not None else await asyncio.to_thread(load_model, settings)
         scheduler = ChunkScheduler(model.backend, max_batch=settings.max_batch, max_queue=settings.max_queue,
                                    gather_s=settings.gather_ms / 1000, on_batch=metrics.observe_batch)
-        workers = settings.g2p_workers or cores()
+        workers = settings.g2p_workers or worker_count()
         # Spawned, not forked: the parent runs threads (scheduler, encoders) that a fork would copy mid-state.
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=warm_front_end, initargs=(settings.warm_langs,))
