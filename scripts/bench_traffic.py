@@ -56,7 +56,7 @@ from kokoro_gpu import KokoroTTS
 from kokoro_gpu.config import SAMPLE_RATE
 from kokoro_gpu.errors import KokoroError
 from kokoro_gpu.scheduler import ChunkScheduler, ChunkSpec
-from kokoro_gpu.text.chunking import MAX_PHONEMES, chunk_words, speakable, split_long_line, split_paragraphs
+from kokoro_gpu.text.chunking import MAX_PHONEMES, piece_chunks, speakable, split_paragraphs
 from kokoro_gpu.tokens import phonemes_to_ids
 from kokoro_gpu.voices import style_for
 
@@ -96,15 +96,11 @@ QUICK = Settings(
 
 
 def phonemize_corpus(text: str, lang: str = "a") -> list[str]:
-    """The corpus's chunks' phonemes, chunked as KokoroTTS.synthesize chunks text."""
+    """The corpus's chunks' phonemes: each line chunked as KokoroTTS chunks a piece of text."""
     from kokoro_gpu.text.g2p import front_end
 
     g2p = front_end(lang)
-    chunks = []
-    for line in split_paragraphs(text):
-        for piece in split_long_line(line):
-            chunks.extend(c.phonemes for c in chunk_words(g2p(piece), MAX_PHONEMES) if speakable(c.phonemes))
-    return chunks
+    return [c.phonemes for line in split_paragraphs(text) for c in piece_chunks(line, g2p, MAX_PHONEMES)]
 
 
 def load_phonemes(path: Path) -> list[str]:
