@@ -36,7 +36,7 @@ from .layout import official_layout, split_folded_name, weight_norm_names
 from .onnx_weights import ONNX_SUFFIX, load_onnx_weights
 from .output import Terminated, atomic_path, signals_unwind
 from .pth import read_pth
-from .voices import SAFETENSORS_KEY, VoiceStore, validate_pack
+from .voices import SAFETENSORS_KEY, VoiceStore
 
 # Voice archives in kokoro-onnx's format (an npz of [510, 1, 256] arrays).
 VOICE_ARCHIVE_SUFFIXES = (".bin", ".npz")
@@ -97,17 +97,13 @@ def official_from_folded(weights: dict[str, np.ndarray], config: ModelConfig) ->
 def _voice_packs(voices: Path) -> dict[str, np.ndarray]:
     """Every voice pack of a directory or a voices archive, read and validated."""
     if voices.is_file() and voices.suffix.lower() in VOICE_ARCHIVE_SUFFIXES:
-        try:
-            with np.load(voices, allow_pickle=False) as archive:
-                names = list(archive.files)
-                packs = {name: validate_pack(archive[name], f"voice {name} in {voices}") for name in names}
-        except (OSError, ValueError, EOFError) as e:
-            raise VoiceError(f"cannot read voice archive {voices} ({e}); re-download it") from None
+        # Read by the store's bounded archive reader, as a model's voices-v1.0.bin is.
+        store = VoiceStore(None, None, archive=voices)
     elif voices.is_dir():
         store = VoiceStore(voices, None)
-        packs = {name: store.load(name) for name in store.available()}
     else:
         raise VoiceError(f"voices not found: {voices}; pass a directory of voice packs or a voices-v1.0.bin")
+    packs = {name: store.load(name) for name in store.available()}
     if not packs:
         raise VoiceError(f"no voice packs (NAME.pt, .safetensors, .npy, voices-v1.0.bin) in {voices}")
     return packs

@@ -177,16 +177,21 @@ class VoiceStore:
     """
 
     def __init__(self, voices_dir: Path | str | None, repo_id: str | None, *,
-                 local_files_only: bool = False) -> None:
+                 local_files_only: bool = False, archive: Path | str | None = None) -> None:
         self.voices_dir = Path(voices_dir) if voices_dir is not None else None
+        # A voices archive of any name (kokoro-convert --voices voices_ja.npz); else voices_dir's.
+        self.archive = Path(archive) if archive is not None else None
         self.repo_id = repo_id
         self.local_files_only = local_files_only
         self._cache: dict[str, np.ndarray] = {}
 
     def _bin_path(self) -> Path | None:
-        if self.voices_dir is None:
+        if self.archive is not None:
+            path = self.archive
+        elif self.voices_dir is not None:
+            path = self.voices_dir / VOICES_ARCHIVE
+        else:
             return None
-        path = self.voices_dir / VOICES_ARCHIVE
         return path if _is_file(path) else None
 
     def _bin_entries(self) -> dict[str, str]:
@@ -233,7 +238,7 @@ class VoiceStore:
         if self.voices_dir is not None and self.voices_dir.is_dir():
             names.update(f.stem for f in self.voices_dir.iterdir()
                          if f.suffix.lower() in VOICE_SUFFIXES and f.is_file())
-            names.update(self._bin_names())
+        names.update(self._bin_names())
         if self.repo_id is not None:
             names.update(official_voices())
         return sorted(names)
@@ -252,9 +257,9 @@ class VoiceStore:
                 path = self.voices_dir / f"{name}{suffix}"
                 if _is_file(path):
                     return read_voice_file(path)
-            member = self._bin_entries().get(name)
-            if member is not None:
-                return self._bin_pack(name, member)
+        member = self._bin_entries().get(name)
+        if member is not None:
+            return self._bin_pack(name, member)
         if self.repo_id is not None and name in official_voices():
             path = hub_download(self.repo_id, f"voices/{name}.pt",
                                 local_files_only=self.local_files_only, error=VoiceError)

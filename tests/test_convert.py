@@ -98,6 +98,26 @@ def test_voice_packs(fake_pth: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
     np.testing.assert_array_equal(store.load("af_ramp"), ramp)
 
 
+def test_voice_archive(fake_pth: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A voices archive of any name (an .npz of packs) converts pack by pack; a corrupt one is one
+    line and leaves nothing, as for a model's voices-v1.0.bin."""
+    packs = {name: np.random.default_rng(seed).standard_normal((510, 1, 256)).astype(np.float32)
+             for seed, name in enumerate(("jf_one", "jm_two"))}
+    archive, dst = tmp_path / "voices_ja.npz", tmp_path / "converted"
+    np.savez(archive, **packs)
+    rc, _, _ = run(capsys, fake_pth, tmp_path / "m.safetensors", "--voices", archive, "--voices-out", dst)
+    assert rc == 0 and sorted(p.name for p in dst.iterdir()) == ["jf_one.safetensors", "jm_two.safetensors"]
+    for name, pack in packs.items():
+        np.testing.assert_array_equal(load_file(dst / f"{name}.safetensors")["voice"], pack)
+
+    corrupt = tmp_path / "voices-v1.0.bin"
+    corrupt.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
+    out = tmp_path / "again.safetensors"
+    rc, _, err = run(capsys, fake_pth, out, "--voices", corrupt, "--voices-out", tmp_path / "v2")
+    assert_one_line_error(rc, err, "voice archive", str(corrupt))
+    assert not out.exists() and not (tmp_path / "v2").exists()
+
+
 def test_existing_voice_output_stops_before_writing_anything(fake_pth: Path, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture) -> None:
     src, dst = tmp_path / "voices", tmp_path / "converted"
