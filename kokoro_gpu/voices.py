@@ -144,10 +144,18 @@ def read_voice_file(path: Path) -> np.ndarray:
     return validate_pack(arr, f"voice {path}")
 
 
-def _parse_mix(spec: str) -> list[tuple[str, float]]:
-    """``"a(2)+b(1)"`` or ``"a,b"`` -> [(name, weight)]; a missing weight is 1."""
+def parse_mix(spec: str) -> list[tuple[str, float]]:
+    """``"a(2)+b(1)"`` or ``"a,b"`` -> [(name, weight)]; a missing weight is 1.
+
+    Names are returned as written (the caller decides what a name may be);
+    a malformed term, a weight that is not a finite number > 0, or more than
+    ``MAX_MIX_TERMS`` terms raise ``VoiceError``.
+    """
+    parts = re.split(r"[+,]", spec)
+    if len(parts) > MAX_MIX_TERMS:
+        raise VoiceError(f"voice mix has {len(parts)} terms (at most {MAX_MIX_TERMS})")
     terms: list[tuple[str, float]] = []
-    for part in re.split(r"[+,]", spec):
+    for part in parts:
         m = _TERM.fullmatch(part)
         if m is None or not m.group(1):
             raise VoiceError(f"malformed voice mix {spec!r}: write NAME, or NAME(WEIGHT) terms joined "
@@ -291,9 +299,10 @@ class VoiceStore:
                              "pass a voice name, path or mix")
         if _is_file(Path(spec).expanduser()):
             return self._single(spec)
-        terms = _parse_mix(spec)
-        if len(terms) > MAX_MIX_TERMS:
-            raise VoiceError(f"voice mix has {len(terms)} terms (at most {MAX_MIX_TERMS})")
+        return self.mix(parse_mix(spec))
+
+    def mix(self, terms: list[tuple[str, float]]) -> np.ndarray:
+        """The weighted mean of the packs ``terms`` names (``parse_mix``'s pairs); one term: its pack."""
         if len(terms) == 1:
             return self._single(terms[0][0])
         total = sum(w for _, w in terms)

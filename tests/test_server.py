@@ -395,18 +395,40 @@ def test_text_pieces_put_the_first_sentence_alone():
 
 def test_voice_names_mixes_and_openai_names():
     from kokoro_gpu.server.errors import ApiError
-    from kokoro_gpu.server.speech import resolve_voice
+    from kokoro_gpu.server.speech import mix_spec, resolve_voice
 
-    have = ["af_bella", "af_heart", "am_adam"]
-    assert resolve_voice("af_heart", have) == "af_heart(1)"
-    assert resolve_voice("af_bella(2)+am_adam(1)", have) == "af_bella(2)+am_adam(1)"
-    assert resolve_voice("af_bella, af_heart", have) == "af_bella(1)+af_heart(1)"
-    assert resolve_voice("alloy", have) == "af_heart(1)"  # af_alloy absent: the next choice
-    assert resolve_voice("nova+onyx", have) == "af_bella(1)+am_adam(1)"
-    for bad in ("verse", "af_sky", "../af_heart", "af_heart.pt", "C:\\x", "af_heart(-1)", "", "a" * 300):
+    have = ("af_bella", "af_heart", "am_adam")
+    assert resolve_voice("af_heart", have) == [("af_heart", 1.0)]
+    assert resolve_voice("af_bella(2)+am_adam(1)", have) == [("af_bella", 2.0), ("am_adam", 1.0)]
+    assert resolve_voice(" af_bella ( 0.5 ), af_heart", have) == [("af_bella", 0.5), ("af_heart", 1.0)]
+    assert resolve_voice("alloy", have) == [("af_heart", 1.0)]  # af_alloy absent: the next choice
+    assert resolve_voice("nova+onyx", have) == [("af_bella", 1.0), ("am_adam", 1.0)]
+    assert mix_spec(resolve_voice("af_bella(2)+am_adam", have)) == "af_bella(2)+am_adam(1)"
+    bad = {"verse": "maps to am_puck or am_liam", "af_sky": "unknown voice 'af_sky'",
+           "../af_heart": "unknown voice '../af_heart'", "af_heart.pt": "unknown voice 'af_heart.pt'",
+           "C:\\x": "unknown voice", "af_heart(-1)": "bad weight '-1'", "af_heart(": "malformed voice mix",
+           "": "'voice' is empty", "a" * 300: "longer than 200", "+".join(["a"] * 65): "65 terms"}
+    for spec, message in bad.items():
         with pytest.raises(ApiError) as error:
-            resolve_voice(bad, have)
+            resolve_voice(spec, have)
         assert error.value.status == 400 and error.value.param == "voice"
+        assert message in error.value.message and "\n" not in error.value.message
+
+
+def test_voices_are_read_from_the_list_never_the_working_directory(model_dir, tmp_path, monkeypatch):
+    """A file in the server's working directory named like a resolved voice is not read: voices come from
+    the model by name."""
+    from kokoro_gpu.server.settings import ServerSettings
+    from kokoro_gpu.server.speech import parse_speech
+
+    tts = KokoroTTS.from_pretrained(model_dir, device="cpu")
+    monkeypatch.chdir(tmp_path)
+    for name in ("af_heart(1)", "af_heart"):
+        (tmp_path / name).write_bytes(b"not a voice")
+    job = parse_speech({"model": "kokoro", "input": TEXT, "voice": "af_heart"}, tts, tuple(tts.list_voices()),
+                       ServerSettings())
+    assert job.voice == "af_heart(1)"
+    np.testing.assert_array_equal(job.pack, tts.voices.load(model_dir / "voices" / "af_heart.safetensors"))
 
 
 def test_load_test_script_against_the_server(server):

@@ -58,7 +58,8 @@ def create_app(settings: ServerSettings, tts: KokoroTTS | None = None) -> FastAP
             synthesizer = Synthesizer(model, scheduler, pool, lookahead=settings.lookahead,
                                       deterministic=settings.deterministic,
                                       on_g2p=metrics.g2p_seconds.observe)
-            state = ServerState(settings, model, scheduler, synthesizer, metrics)
+            voices = tuple(await asyncio.to_thread(model.list_voices))
+            state = ServerState(settings, model, voices, scheduler, synthesizer, metrics)
             state.idle.set()
             app.state.kokoro = state
             logger.info("kokoro_gpu: serving on %s (%s), %d chunks per batch, %d front-end workers",

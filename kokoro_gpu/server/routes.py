@@ -52,7 +52,7 @@ async def _open(request: Request) -> tuple[SpeechStream, dict[str, Any]]:
     authorize(request)
     state = _state(request)
     data = await read_json(request, state.settings.max_body_bytes)
-    job = parse_speech(data, state.tts, state.settings)
+    job = parse_speech(data, state.tts, state.voices, state.settings)
     ignored = unknown_fields(data)
     if ignored:
         logger.debug("kokoro_gpu: ignoring request fields %s", ignored)
@@ -93,7 +93,7 @@ async def captioned_speech(request: Request) -> Response:
 @router.get("/v1/audio/voices")
 async def voices(request: Request) -> list[dict[str, str]]:
     authorize(request)
-    return [{"id": name, "name": name} for name in _state(request).tts.list_voices()]
+    return [{"id": name, "name": name} for name in _state(request).voices]
 
 
 @router.get("/v1/models")

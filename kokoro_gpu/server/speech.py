@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +13,8 @@ import numpy as np
 from fastapi import Request
 
 from ..api import KokoroTTS, choose_lang
-from ..errors import KokoroError
+from ..errors import KokoroError, VoiceError
+from ..voices import parse_mix
 from .encoders import FORMATS, aac_available
 from .errors import ApiError
 from .settings import ServerSettings
@@ -41,7 +42,6 @@ OPENAI_VOICES: dict[str, tuple[str, ...]] = {
 }
 _KNOWN_FIELDS = frozenset({"model", "input", "voice", "response_format", "speed", "stream_format",
                            "instructions", "lang", "seed", "stream"})
-_TERM = re.compile(r"\s*([A-Za-z][A-Za-z0-9_]*)\s*(?:\(\s*([0-9]*\.?[0-9]+)\s*\))?\s*")
 
 
 @dataclass(frozen=True)
@@ -96,46 +96,46 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     return " or ".join({str: "string", int: "integer", float: "number", bool: "boolean"}[k] for k in kinds)
 
 
-def resolve_voice(spec: str, available: list[str]) -> str:
-    """A voice name or mix, each name from the model's list (or an OpenAI name mapped to one) -> mix spec.
-
-    The result is in the weighted form ``name(w)+...``, which the voice store
-    reads only as names, never as a file path.
-    """
+def resolve_voice(spec: str, available: Sequence[str]) -> list[tuple[str, float]]:
+    """A voice name or mix -> [(name, weight)], each name from the model's list ``available`` (or an
+    OpenAI name mapped to one): a request names voices, never files."""
     if not spec.strip():
         raise ApiError(400, "'voice' is empty; pick one from GET /v1/audio/voices", param="voice",
                        code="invalid_voice")
     if len(spec) > _MAX_VOICE_CHARS:
         raise ApiError(400, f"'voice' is longer than {_MAX_VOICE_CHARS} characters", param="voice",
                        code="invalid_voice")
-    names = set(available)
-    terms = []
-    for part in re.split(r"[+,]", spec):
-        m = _TERM.fullmatch(part)
-        if m is None:
-            raise ApiError(400, f"voice {spec!r} is not a voice name or a mix such as af_bella(2)+af_sky(1); "
-                           "voices are chosen by name from GET /v1/audio/voices", param="voice",
-                           code="invalid_voice")
-        name, weight = m.group(1), float(m.group(2) or 1)
-        if not (math.isfinite(weight) and weight > 0):
-            raise ApiError(400, f"voice weight in {spec!r} must be > 0", param="voice", code="invalid_voice")
-        if name not in names and name.lower() in OPENAI_VOICES:
-            mapped = next((v for v in OPENAI_VOICES[name.lower()] if v in names), None)
+    try:
+        terms = parse_mix(spec)
+    except VoiceError as e:
+        raise ApiError(400, str(e), param="voice", code="invalid_voice") from None
+    resolved = []
+    for name, weight in terms:
+        if name not in available and name.lower() in OPENAI_VOICES:
+            mapped = next((v for v in OPENAI_VOICES[name.lower()] if v in available), None)
             if mapped is None:
                 raise ApiError(400, f"voice {name!r} maps to {' or '.join(OPENAI_VOICES[name.lower()])}, "
                                "which this model does not have; pick one from GET /v1/audio/voices",
                                param="voice", code="voice_not_found")
             name = mapped
-        if name not in names:
+        if name not in available:
             shown = ", ".join(available[:12]) + (", ..." if len(available) > 12 else "")
             raise ApiError(400, f"unknown voice {name!r}; this model has: {shown}", param="voice",
                            code="voice_not_found")
-        terms.append(f"{name}({weight:g})")
-    return "+".join(terms)
+        resolved.append((name, weight))
+    return resolved
 
 
-def parse_speech(data: dict[str, Any], tts: KokoroTTS, settings: ServerSettings) -> SpeechJob:
-    """Check every field of a speech request; raise ``ApiError`` (400) naming the first bad one."""
+def mix_spec(terms: list[tuple[str, float]]) -> str:
+    """[(name, weight)] -> ``name(w)+...``, the voice as a response reports it."""
+    return "+".join(f"{name}({weight:g})" for name, weight in terms)
+
+
+def parse_speech(data: dict[str, Any], tts: KokoroTTS, voices: Sequence[str],
+                 settings: ServerSettings) -> SpeechJob:
+    """Check every field of a speech request; raise ``ApiError`` (400) naming the first bad one.
+
+    ``voices`` is the model's voice list (``tts.list_voices()``, read once at start-up)."""
     model = _field(data, "model", str, None)
     if model is None:
         raise ApiError(400, f"'model' is required; use one of {', '.join(MODELS)}", param="model",
@@ -170,10 +170,11 @@ def parse_speech(data: dict[str, Any], tts: KokoroTTS, settings: ServerSettings)
         raise ApiError(400, f"'seed' must be between 0 and {_MAX_SEED}", param="seed", code="invalid_value")
     _field(data, "instructions", str, None)  # accepted and ignored: Kokoro takes no style prompt
     default_voice = settings.default_voice or tts.default_voice
-    voice = resolve_voice(_field(data, "voice", str, default_voice), tts.list_voices())
+    terms = resolve_voice(_field(data, "voice", str, default_voice), voices)
+    voice = mix_spec(terms)
     lang_arg = _field(data, "lang", str, None)
     try:
-        pack = tts.voices.load(voice)
+        pack = tts.voices.mix(terms)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a voice read in another language is the client's choice
             lang = choose_lang(voice, lang_arg)

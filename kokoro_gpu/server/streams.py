@@ -39,10 +39,12 @@ logger = logging.getLogger("kokoro_gpu.server")
 
 @dataclass
 class ServerState:
-    """What the routes share: the model, the scheduler, the front end, metrics and the stream count."""
+    """What the routes share: the model and its voice names, the scheduler, the front end, metrics and the
+    stream count."""
 
     settings: ServerSettings
     tts: KokoroTTS
+    voices: tuple[str, ...]  # the model's, sorted: listed once at start-up, as a loaded model's stay the same
     scheduler: ChunkScheduler
     synthesizer: Synthesizer
     metrics: Metrics
