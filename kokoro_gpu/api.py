@@ -6,8 +6,8 @@ backend for the requested device; ``synthesize`` turns text (or phonemes) and
 a voice into 24 kHz audio with word timestamps, chunking long input at
 sentence and clause boundaries; ``stream`` yields the chunks as they are
 made; ``synthesize_batch`` runs many phoneme inputs through the model's
-continuous-batching scheduler (``KokoroTTS.scheduler``: one backend call, concurrent on
-the CUDA engine). The module-level ``synthesize`` does the same on a cached model.
+continuous-batching scheduler (``KokoroTTS.scheduler``: its chunks spread over the CUDA engine's
+lanes as they free). The module-level ``synthesize`` does the same on a cached model.
 """
 
 from __future__ import annotations
@@ -240,19 +240,13 @@ class KokoroTTS:
     def scheduler(self) -> ChunkScheduler:
         """The continuous-batching scheduler ``synthesize_batch`` submits to (started on first use).
 
-        On CUDA its batch bound is its queue bound, so a whole ``synthesize_batch`` call goes to the
-        engine as one ``forward_batch`` (whose lanes pull the chunks), and it gathers no companions
-        (a call's chunks are all queued before the worker wakes). ``close()`` stops it; a later
-        call starts a new one.
+        On CUDA its workers, one per engine lane, take a call's chunks in shares as their lanes
+        free; it gathers no companions (a call's chunks are queued together). ``close()`` stops it;
+        a later call starts a new one.
         """
         with self._scheduler_lock:
             if self._scheduler is None or self._scheduler.closed:
-                scheduler = ChunkScheduler(
-                    self.backend,
-                    max_batch=DEFAULT_MAX_QUEUE if self.backend.device == "cuda" else 1,
-                    max_queue=DEFAULT_MAX_QUEUE,
-                    gather_s=0.0,
-                )
+                scheduler = ChunkScheduler(self.backend, max_queue=DEFAULT_MAX_QUEUE, gather_s=0.0)
                 # A model dropped without close() stops its worker, which holds the backend.
                 weakref.finalize(self, scheduler.close)
                 self._scheduler = scheduler
@@ -446,7 +440,7 @@ class KokoroTTS:
         for start in range(0, len(specs), scheduler.max_queue):
             futures = []
             try:
-                futures.extend(scheduler.submit(spec) for spec in specs[start : start + scheduler.max_queue])
+                futures.extend(scheduler.submit_many(specs[start : start + scheduler.max_queue]))
                 outputs.extend((out.audio, out.durations) for out in (f.result() for f in futures))
             finally:  # on a failure, chunks of this call not yet started are dropped
                 for future in futures:

@@ -59,10 +59,14 @@ _NATIVE_MODULE = f"{__package__}._native"
 
 
 class Backend(ABC):
-    """What every backend provides: ``forward``, and ``forward_batch`` (one by one unless overridden)."""
+    """What every backend provides: ``forward``, and ``forward_batch`` (one by one unless overridden).
+
+    ``lanes``: how many ``forward_on_lane`` calls may run at once (the CUDA engine's lanes; 1 elsewhere).
+    """
 
     device: str
     precision: str
+    lanes: int = 1
 
     @abstractmethod
     def forward(
@@ -88,6 +92,12 @@ class Backend(ABC):
             self.forward(ids, ref_s, speed, deterministic=deterministic, seed=seed)
             for ids, ref_s, speed, seed in items
         ]
+
+    def forward_on_lane(
+        self, lane: int, items: Sequence[BatchItem], *, deterministic: bool
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``forward_batch`` on lane ``lane`` (0 .. ``lanes`` - 1); calls on different lanes may overlap."""
+        return self.forward_batch(items, deterministic=deterministic)
 
 
 class CPUBackend(Backend):
@@ -374,6 +384,7 @@ class CUDABackend(Backend):
         self.device_index = state.device_index
         self.device_name = next(d["name"] for d in state.devices if d["index"] == state.device_index)
         self._engine = state.native.Engine(_engine_config(config), weights, state.device_index, precision)
+        self.lanes = int(self._engine.batch_lanes)
 
     def forward(
         self,
@@ -401,11 +412,26 @@ class CUDABackend(Backend):
         self, items: Sequence[BatchItem], *, deterministic: bool
     ) -> list[tuple[np.ndarray, np.ndarray]]:
         """The utterances run concurrently on the engine's lanes (streams with their own workspaces)."""
-        engine_items = [
-            (_ids(ids), _style(ref_s), float(speed), _engine_seed(deterministic, seed))
-            for ids, ref_s, speed, seed in items
+        return [
+            tuple(pair)
+            for pair in self._engine.forward_batch(_engine_items(items, deterministic), deterministic)
         ]
-        return [tuple(pair) for pair in self._engine.forward_batch(engine_items, deterministic)]
+
+    def forward_on_lane(
+        self, lane: int, items: Sequence[BatchItem], *, deterministic: bool
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The utterances on one lane, concurrently with other lanes' calls (a scheduler thread per lane)."""
+        pairs = self._engine.forward_on_lane(lane, _engine_items(items, deterministic), deterministic)
+        return [tuple(pair) for pair in pairs]
+
+
+def _engine_items(
+    items: Sequence[BatchItem], deterministic: bool
+) -> list[tuple[np.ndarray, np.ndarray, float, int]]:
+    return [
+        (_ids(ids), _style(ref_s), float(speed), _engine_seed(deterministic, seed))
+        for ids, ref_s, speed, seed in items
+    ]
 
 
 def _ids(input_ids: np.ndarray) -> np.ndarray:

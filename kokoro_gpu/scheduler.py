@@ -1,19 +1,23 @@
 """Continuous batching: chunks from many callers, run together on the backend as they arrive.
 
 ``ChunkScheduler.submit(ChunkSpec)`` is thread-safe and returns a
-``concurrent.futures.Future`` of a ``ChunkOutput``; ``submit_async`` is the
-asyncio form. One worker thread takes whatever chunks are pending (up to
-``max_batch``; lower ``priority`` first, then arrival order) and runs them in
-one ``backend.forward_batch`` call, so a chunk submitted while a batch runs
-joins the next batch rather than waiting for a whole request to drain. When
-the backend is idle, the first chunk waits at most ``gather_s`` for companions.
-Scheduling is per chunk: a caller with a long text submits its chunks one (or
-a few) at a time, so other callers' chunks interleave with them.
+``concurrent.futures.Future`` of a ``ChunkOutput`` (``submit_many`` queues
+several at once, ``submit_async`` is the asyncio form). One worker thread per
+backend lane (the CUDA engine's lanes: streams with their own workspace; one
+elsewhere) takes pending chunks as soon as its lane is free (lower
+``priority`` first, then longer chunks, then arrival order) and runs them in
+one ``backend.forward_on_lane`` call: a chunk submitted while others run
+starts when a lane frees, not after a whole batch drains. A worker takes a
+share of the queue that shrinks as it empties (the queue over twice the
+lanes, at most ``max_batch``), so lanes that took long chunks and lanes that
+took short ones finish together. When every lane is idle, the first chunk
+waits at most ``gather_s`` for companions. Scheduling is per chunk: a caller
+with a long text submits its chunks one (or a few) at a time, so other
+callers' chunks interleave with them.
 
 A future not yet started can be cancelled (``Future.cancel()``); the queue is
 bounded (``QueueFullError`` when full); ``close()`` stops intake and either
-finishes or cancels what is queued. The interface (spec in, future out) is what
-a native scheduler with lanes pulling chunks as they free would also offer.
+finishes or cancels what is queued.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -35,9 +39,9 @@ from .errors import KokoroError, QueueFullError
 
 logger = logging.getLogger("kokoro_gpu")
 
-# The CUDA engine runs a batch's utterances concurrently on its lanes; the CPU
-# backend runs them one after another, so batching there only delays the first.
-DEFAULT_MAX_BATCH = {"cuda": 64, "cpu": 1}
+# A CUDA lane stacks up to 16 chunks' token phases (the engine's group bound); the CPU
+# backend runs chunks one after another, so batching there only delays the first.
+DEFAULT_MAX_BATCH = {"cuda": 16, "cpu": 1}
 DEFAULT_MAX_QUEUE = 4096
 DEFAULT_GATHER_S = 0.002
 
@@ -75,18 +79,19 @@ class ChunkOutput:
 @dataclass(order=True)
 class _Entry:
     priority: float
+    longer_first: int  # minus the token count: of equal priority, long chunks start first
     order: int
-    spec: ChunkSpec
-    future: Future[ChunkOutput]
-    arrived: float
+    spec: ChunkSpec = field(compare=False)
+    future: Future[ChunkOutput] = field(compare=False)
+    arrived: float = field(compare=False)
 
 
-# Called after each batch with (chunks in the batch, seconds the backend took).
+# Called after each backend call with (chunks in it, seconds the backend took).
 BatchObserver = Callable[[int, float], None]
 
 
 class ChunkScheduler:
-    """Thread-safe submission of chunks; one worker thread batching them onto ``backend``."""
+    """Thread-safe submission of chunks; a worker thread per backend lane runs them as lanes free."""
 
     def __init__(
         self,
@@ -104,34 +109,49 @@ class ChunkScheduler:
         self.max_batch = batch
         self.max_queue = max_queue
         self.gather_s = gather_s
+        self.lanes = max(1, int(getattr(backend, "lanes", 1)))
         self._on_batch = on_batch
         self._heap: list[_Entry] = []
         self._queued = 0  # entries in the heap not cancelled
-        self._running = 0
+        self._running = [0] * self.lanes  # chunks on each lane now
         self._order = itertools.count()
         self._cond = threading.Condition()
         self._closing = False
-        self._worker = threading.Thread(target=self._run, name="kokoro-scheduler", daemon=True)
-        self._worker.start()
+        self._workers = [
+            threading.Thread(target=self._run, args=(lane,), name=f"kokoro-lane-{lane}", daemon=True)
+            for lane in range(self.lanes)
+        ]
+        for worker in self._workers:
+            worker.start()
 
     # ------------------------------------------------------------ submission
 
     def submit(self, spec: ChunkSpec) -> Future[ChunkOutput]:
         """Queue one chunk; its future resolves to a ``ChunkOutput`` (or the backend's error)."""
-        future: Future[ChunkOutput] = Future()
+        return self.submit_many([spec])[0]
+
+    def submit_many(self, specs: list[ChunkSpec]) -> list[Future[ChunkOutput]]:
+        """Queue chunks together (the lanes see them all at once); all or none are taken."""
+        futures: list[Future[ChunkOutput]] = [Future() for _ in specs]
         with self._cond:
             if self._closing:
                 raise SchedulerClosedError("the synthesis scheduler is shut down; no more chunks are taken")
-            if self._queued >= self.max_queue:
+            if self._queued + len(specs) > self.max_queue:
                 raise QueueFullError(
-                    f"the synthesis queue is full ({self.max_queue} chunks waiting); retry in a moment"
+                    f"the synthesis queue is full ({self.max_queue} chunks at most, {self._queued} waiting); "
+                    "retry in a moment"
                 )
-            entry = _Entry(spec.priority, next(self._order), spec, future, time.monotonic())
-            heapq.heappush(self._heap, entry)
-            self._queued += 1
+            now = time.monotonic()
+            for spec, future in zip(specs, futures, strict=True):
+                entry = _Entry(
+                    spec.priority, -int(np.size(spec.input_ids)), next(self._order), spec, future, now
+                )
+                heapq.heappush(self._heap, entry)
+            self._queued += len(specs)
             self._cond.notify_all()
-        future.add_done_callback(self._forget_if_cancelled)
-        return future
+        for future in futures:
+            future.add_done_callback(self._forget_if_cancelled)
+        return futures
 
     async def submit_async(self, spec: ChunkSpec) -> ChunkOutput:
         """``submit`` for asyncio: awaiting gives the output; cancelling the task cancels the chunk."""
@@ -156,9 +176,9 @@ class ChunkScheduler:
 
     @property
     def running(self) -> int:
-        """Chunks in the batch on the backend now."""
+        """Chunks on the backend now (all lanes)."""
         with self._cond:
-            return self._running
+            return sum(self._running)
 
     @property
     def closed(self) -> bool:
@@ -166,48 +186,62 @@ class ChunkScheduler:
 
     # ---------------------------------------------------------------- worker
 
-    def _take_batch(self) -> list[_Entry] | None:
-        """Wait for chunks and pop up to ``max_batch`` of them (marked running); None when done."""
+    def _share(self) -> int:
+        """How many chunks a free lane takes: the queue over twice the lanes, within 1 .. max_batch.
+
+        Early shares are large (stacked token phases), the last ones small, so that the lanes'
+        work evens out as the queue drains (guided self-scheduling).
+        """
+        return max(1, min(self.max_batch, -(-self._queued // (2 * self.lanes))))
+
+    def _take_batch(self, lane: int) -> list[_Entry] | None:
+        """Wait for chunks and pop this lane's share of them (marked running); None when done."""
         with self._cond:
             while True:
                 while not self._heap and not self._closing:
                     self._cond.wait()
                 if not self._heap:
                     return None
-                # An idle backend waits a little for companions of the first chunk; a chunk that
-                # waited through the previous batch has used its window up and goes at once.
-                oldest = min(e.arrived for e in self._heap[: self.max_batch])
-                while self._queued < self.max_batch and not self._closing:
-                    remaining = oldest + self.gather_s - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    self._cond.wait(remaining)
+                # With every lane idle the first chunk waits a little for companions; a chunk that
+                # waited while the lanes were busy has used its window up and goes at once.
+                if not any(self._running):
+                    oldest = min(e.arrived for e in self._heap[: self.max_batch])
+                    while self._queued < self.max_batch and not self._closing:
+                        remaining = oldest + self.gather_s - time.monotonic()
+                        if remaining <= 0 or not self._heap:
+                            break
+                        self._cond.wait(remaining)
+                share = self._share() if self.lanes > 1 else self.max_batch
                 batch: list[_Entry] = []
-                while self._heap and len(batch) < self.max_batch:
+                while self._heap and len(batch) < share:
                     entry = heapq.heappop(self._heap)
                     if entry.future.set_running_or_notify_cancel():
                         self._queued -= 1
                         batch.append(entry)
                 if batch:
-                    self._running = len(batch)
+                    self._running[lane] = len(batch)
                     return batch
 
-    def _run(self) -> None:
-        while (batch := self._take_batch()) is not None:
+    def _run(self, lane: int) -> None:
+        while (batch := self._take_batch(lane)) is not None:
             started = time.perf_counter()
             for deterministic in (False, True):
                 group = [e for e in batch if e.spec.deterministic == deterministic]
                 if group:
-                    self._forward(group, deterministic)
+                    self._forward(lane, group, deterministic)
             with self._cond:
-                self._running = 0
+                self._running[lane] = 0
+                self._cond.notify_all()
             if self._on_batch is not None:
                 self._on_batch(len(batch), time.perf_counter() - started)
 
-    def _forward(self, group: list[_Entry], deterministic: bool) -> None:
+    def _forward(self, lane: int, group: list[_Entry], deterministic: bool) -> None:
         items = [(e.spec.input_ids, e.spec.ref_s, e.spec.speed, e.spec.seed) for e in group]
         try:
-            outputs = self.backend.forward_batch(items, deterministic=deterministic)
+            if self.lanes > 1:
+                outputs = self.backend.forward_on_lane(lane, items, deterministic=deterministic)
+            else:
+                outputs = self.backend.forward_batch(items, deterministic=deterministic)
         except BaseException as e:  # the callers get the error; the worker lives on
             logger.exception("kokoro_gpu: a batch of %d chunks failed", len(group))
             for entry in group:
@@ -231,7 +265,9 @@ class ChunkScheduler:
         if cancel_pending:
             for future in pending:
                 future.cancel()
-        self._worker.join(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for worker in self._workers:
+            worker.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def __enter__(self) -> ChunkScheduler:
         return self

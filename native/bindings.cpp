@@ -3,7 +3,8 @@
 //   (a dict of float32 arrays) to GPU `device`; forward(...) runs one
 //   utterance with the GIL released and returns (audio, durations, trace or
 //   None); forward_batch(...) runs a list of utterances concurrently and
-//   returns a list of (audio, durations); set_phase_timing / phase_times give
+//   returns a list of (audio, durations), forward_on_lane(...) the same on
+//   one lane (one scheduler thread per lane); set_phase_timing / phase_times give
 //   the benchmark's per-phase wall-clock breakdown.
 // - cuda_status() / devices(): raw facts about the driver, runtime and GPUs;
 //   kokoro_gpu.backends turns them into backend_info() and its messages.
@@ -129,30 +130,53 @@ py::tuple engine_forward(kokoro::Engine& engine, const IdArray& ids, const Float
     return py::make_tuple(audio, durations, out);
 }
 
-// items: a list of (ids, ref_s, speed, seed); one `deterministic` for all.
-py::list engine_forward_batch(kokoro::Engine& engine, const py::list& items, bool deterministic) {
-    std::vector<IdArray> ids;  // the converted arrays outlive the call
+// A batch's items, a list of (ids, ref_s, speed, seed), as utterances (one
+// `deterministic` for all); the converted arrays outlive the engine call.
+struct BatchItems {
+    std::vector<IdArray> ids;
     std::vector<FloatArray> styles;
     std::vector<kokoro::Utterance> utterances;
-    ids.reserve(items.size());
-    styles.reserve(items.size());
-    for (const py::handle& item : items) {
-        const py::tuple t = item.cast<py::tuple>();
-        if (t.size() != 4) throw py::value_error("forward_batch items are (ids, ref_s, speed, seed)");
-        ids.push_back(IdArray::ensure(t[0]));
-        styles.push_back(FloatArray::ensure(t[1]));
-        if (!ids.back() || !styles.back()) throw py::type_error("ids and ref_s must be arrays");
-        utterances.push_back(utterance(ids.back(), styles.back(), t[2].cast<float>(), deterministic,
-                                       t[3].cast<uint64_t>()));
+
+    BatchItems(const py::list& items, bool deterministic) {
+        ids.reserve(items.size());
+        styles.reserve(items.size());
+        for (const py::handle& item : items) {
+            const py::tuple t = item.cast<py::tuple>();
+            if (t.size() != 4) throw py::value_error("batch items are (ids, ref_s, speed, seed)");
+            ids.push_back(IdArray::ensure(t[0]));
+            styles.push_back(FloatArray::ensure(t[1]));
+            if (!ids.back() || !styles.back()) throw py::type_error("ids and ref_s must be arrays");
+            utterances.push_back(utterance(ids.back(), styles.back(), t[2].cast<float>(),
+                                           deterministic, t[3].cast<uint64_t>()));
+        }
     }
-    std::vector<kokoro::ForwardResult> results;
-    {
-        py::gil_scoped_release release;
-        results = engine.forward_batch(utterances);
-    }
+};
+
+py::list audio_list(std::vector<kokoro::ForwardResult>& results) {
     py::list out;
     for (kokoro::ForwardResult& r : results) out.append(audio_and_durations(r));
     return out;
+}
+
+py::list engine_forward_batch(kokoro::Engine& engine, const py::list& items, bool deterministic) {
+    const BatchItems batch(items, deterministic);
+    std::vector<kokoro::ForwardResult> results;
+    {
+        py::gil_scoped_release release;
+        results = engine.forward_batch(batch.utterances);
+    }
+    return audio_list(results);
+}
+
+py::list engine_forward_on_lane(kokoro::Engine& engine, int lane, const py::list& items,
+                                bool deterministic) {
+    const BatchItems batch(items, deterministic);
+    std::vector<kokoro::ForwardResult> results;
+    {
+        py::gil_scoped_release release;
+        results = engine.forward_on_lane(lane, batch.utterances);
+    }
+    return audio_list(results);
 }
 
 // Driver and runtime versions and the device count, with the error of the
@@ -233,6 +257,10 @@ PYBIND11_MODULE(_native, m) {
         .def("forward_batch", &engine_forward_batch, py::arg("items"), py::arg("deterministic"),
              "[(ids int64 [T], ref_s float32 [256], speed, seed)] -> [(audio, durations)], run "
              "concurrently on several lanes; each equals forward() of the same item.")
+        .def("forward_on_lane", &engine_forward_on_lane, py::arg("lane"), py::arg("items"),
+             py::arg("deterministic"),
+             "forward_batch's items on lane `lane` (0 .. batch_lanes - 1) alone; calls on "
+             "different lanes run concurrently (a scheduler's thread per lane).")
         .def("set_phase_timing", &kokoro::Engine::set_phase_timing, py::arg("on"),
              "While on, forward() records timing events at the model's phase boundaries.")
         .def("phase_times", &kokoro::Engine::phase_times,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 
 import numpy as np
@@ -186,6 +187,105 @@ def test_submit_async_and_task_cancellation():
     assert [b[0] for b in backend.batches] == [3, 4]
 
 
+class LaneBackend(RecordingBackend):
+    """Three lanes, as the CUDA engine has several: records (lane, tags) per call; lanes can be held."""
+
+    lanes = 3
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[int, list[int]]] = []
+        self.lane_gates = [threading.Event() for _ in range(self.lanes)]
+        for gate in self.lane_gates:
+            gate.set()
+        self.lane_started = [threading.Event() for _ in range(self.lanes)]
+        self.active = 0
+        self.most_active = 0
+        self.taken: list[int] = []
+        self.lock = threading.Lock()
+
+    def forward_on_lane(self, lane, items, *, deterministic):
+        with self.lock:
+            self.taken.append(len(items))
+            self.active += 1
+            self.most_active = max(self.most_active, self.active)
+        self.lane_started[lane].set()
+        self.lane_gates[lane].wait()
+        with self.lock:
+            self.calls.append((lane, [int(ids[1]) for ids, *_ in items]))
+            self.active -= 1
+        return [self.forward(*item[:3], deterministic=deterministic, seed=item[3]) for item in items]
+
+    def forward_batch(self, items, *, deterministic):
+        raise AssertionError("a scheduler over lanes calls forward_on_lane")
+
+
+def test_a_chunk_starts_on_a_free_lane_while_another_lane_is_busy():
+    backend = LaneBackend()
+    for gate in backend.lane_gates:
+        gate.clear()
+    with ChunkScheduler(backend, gather_s=0) as scheduler:
+        long_running = scheduler.submit(_spec(1))
+        deadline = time.monotonic() + 10
+        while not any(started.is_set() for started in backend.lane_started):
+            assert time.monotonic() < deadline, "no lane started"
+            time.sleep(0.001)
+        busy = next(lane for lane in range(3) if backend.lane_started[lane].is_set())
+        for lane in range(3):
+            if lane != busy:
+                backend.lane_gates[lane].set()
+        # The busy lane is held: a new chunk must finish on another lane meanwhile.
+        quick = scheduler.submit(_spec(2))
+        assert quick.result(timeout=10).audio.size
+        assert not long_running.done()
+        backend.lane_gates[busy].set()
+        assert long_running.result(timeout=10).audio.size
+    lanes = {tags[0]: lane for lane, tags in backend.calls}
+    assert lanes[2] != lanes[1]
+
+
+def test_lanes_take_shrinking_shares_and_every_chunk_once():
+    backend = LaneBackend()
+    for gate in backend.lane_gates:
+        gate.clear()
+    with ChunkScheduler(backend, max_batch=16, gather_s=0) as scheduler:
+        futures = scheduler.submit_many([_spec(k + 1, seed=k) for k in range(48)])
+        for started in backend.lane_started:
+            assert started.wait(10)
+        for gate in backend.lane_gates:
+            gate.set()
+        outputs = [f.result(timeout=10) for f in futures]
+    for k, out in enumerate(outputs):
+        spec = _spec(k + 1, seed=k)
+        want, _ = backend.forward(spec.input_ids, spec.ref_s, spec.speed, deterministic=False, seed=k)
+        np.testing.assert_array_equal(out.audio, want)
+    tags = sorted(t for _, call in backend.calls for t in call)
+    assert tags == list(range(1, 49))
+    # 48 queued over 3 held lanes: the first shares are 48 / 6 = 8, 40 / 6 -> 7 and 33 / 6 -> 6; the
+    # queue's tail goes one chunk at a time.
+    assert sorted(backend.taken[:3]) == [6, 7, 8]
+    assert min(backend.taken) == 1 and sum(backend.taken) == 48
+    assert {lane for lane, _ in backend.calls} == {0, 1, 2}
+    assert backend.most_active == 3
+
+
+def test_submit_many_is_all_or_none_against_the_queue_bound():
+    backend = LaneBackend()
+    for gate in backend.lane_gates:
+        gate.clear()
+    scheduler = ChunkScheduler(backend, max_queue=4, gather_s=0)
+    try:
+        with pytest.raises(QueueFullError, match="4 chunks at most"):
+            scheduler.submit_many([_spec(k + 1) for k in range(5)])
+        assert scheduler.queue_depth == 0
+        futures = scheduler.submit_many([_spec(k + 1) for k in range(4)])
+    finally:
+        for gate in backend.lane_gates:
+            gate.set()
+        scheduler.close(timeout=10)
+    assert all(f.result(timeout=10).audio.size for f in futures)
+
+
 @pytest.fixture(scope="module")
 def cpu_tts(tmp_path_factory) -> KokoroTTS:
     from kokoro_gpu.random_weights import write_model_dir
@@ -219,7 +319,7 @@ def test_default_batch_size_follows_the_device():
         device = "cpu"
 
     with ChunkScheduler(Cpu()) as cpu, ChunkScheduler(RecordingBackend()) as gpu:
-        assert cpu.max_batch == 1 and gpu.max_batch == 64
+        assert cpu.max_batch == 1 and gpu.max_batch == 16
     with pytest.raises(ValueError):
         ChunkScheduler(RecordingBackend(), max_batch=0)
 
@@ -260,3 +360,43 @@ def test_cuda_concurrent_submitters_equal_one_by_one(tmp_path_factory, determini
                                                deterministic=deterministic, seed=spec.seed)
         np.testing.assert_array_equal(outputs[id(spec)].durations, durations)
         np.testing.assert_array_equal(outputs[id(spec)].audio, audio)
+
+
+@pytest.mark.gpu
+def test_cuda_cancelled_and_refused_chunks_leave_the_rest_exact(tmp_path_factory):
+    """The CUDA engine's lanes: a full queue refuses a submission whole; chunks cancelled before they
+    start never run (their futures say so) and every other chunk equals its one-by-one ``forward``."""
+    from kokoro_gpu.backends import cuda_state
+
+    state = cuda_state()
+    if not state.usable:
+        pytest.skip(f"CUDA unavailable: {state.reason}")
+    from kokoro_gpu.random_weights import write_model_dir
+
+    path = write_model_dir(tmp_path_factory.mktemp("model"), seed=6, voices=["af_heart"])
+    tts = KokoroTTS.from_pretrained(path, device="cuda", precision="fast")
+    assert tts.backend.lanes >= 2
+    rng = np.random.default_rng(1)
+    phoneme_set = [c for c in tts.config.vocab if c.isalpha()]
+    pack = tts.voices.load("af_heart")
+    specs = []
+    for k in range(40):
+        phonemes = "".join(rng.choice(phoneme_set, int(rng.integers(20, 200))))
+        ids = phonemes_to_ids(phonemes, tts.config.vocab, tts.config.max_phonemes)
+        specs.append(ChunkSpec(ids, style_for(pack, phonemes), 1.0, 300 + k, priority=float(k)))
+    with ChunkScheduler(tts.backend, max_queue=40, gather_s=0) as scheduler:
+        with pytest.raises(QueueFullError):
+            scheduler.submit_many(specs + specs[:1])
+        futures = scheduler.submit_many(specs)
+        cancelled = [k for k in range(39, 19, -1) if futures[k].cancel()]
+        outputs = {k: f.result(timeout=300) for k, f in enumerate(futures) if k not in cancelled}
+    assert cancelled, "every chunk had started before any could be cancelled"
+    for k in cancelled:
+        with pytest.raises(CancelledError):
+            futures[k].result()
+    for k, out in outputs.items():
+        spec = specs[k]
+        audio, durations = tts.backend.forward(spec.input_ids, spec.ref_s, spec.speed,
+                                               deterministic=False, seed=spec.seed)
+        np.testing.assert_array_equal(out.durations, durations)
+        np.testing.assert_array_equal(out.audio, audio)

@@ -1,15 +1,17 @@
 // The engine: the weights and up to kMaxLanes lanes (lane.h; a batch takes
 // one per 8 GiB of the GPU's memory, four at least); forward() uses lane 0,
 // forward_batch() one host thread per lane, pulling groups of utterances in
-// turn (precision fast: a group's token phase runs once on all of its
-// tokens, its LSTMs' recurrences side by side; one read-back of their
+// turn, forward_on_lane() one lane for its caller's thread (a scheduler's
+// thread per lane). Precision fast: a group's token phase runs once on all
+// of its tokens, its LSTMs' recurrences side by side; one read-back of their
 // durations; the group's frame prefix, each utterance's alignment and the
 // shared LSTM on all of their frames stacked; then each utterance's frame
-// graph, its outputs moved into the slots that the graph reads).
+// graph, its outputs moved into the slots that the graph reads.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <exception>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,27 +72,55 @@ Engine::Engine(const ModelConfig& config, const HostWeights& weights, int device
 Engine::~Engine() = default;  // the lanes drain their streams
 
 Lane& Engine::lane(size_t index) {
-    while (lanes_.size() <= index) {
-        lanes_.push_back(std::make_unique<Lane>(cfg_, *weights_, precision_, audio_pool_));
+    const std::lock_guard<std::mutex> lock(lanes_mutex_);
+    if (!lanes_[index]) {
+        lanes_[index] = std::make_unique<Lane>(cfg_, *weights_, precision_, audio_pool_);
     }
     return *lanes_[index];
 }
 
+bool Engine::groups_stack() const {
+    return weights_->plan("bert_encoder.weight").kernel == Kernel::kSplitLinear;
+}
+
+void Engine::run_on_lane(size_t index, const Utterance* first, size_t count,
+                         ForwardResult* results) {
+    Lane& l = lane(index);
+    if (!groups_stack()) {
+        for (size_t i = 0; i < count; ++i) results[i] = l.run(first[i], nullptr);
+        return;
+    }
+    for (size_t begin = 0; begin < count;) {
+        size_t end = begin, rows = 0;
+        while (end < count && end - begin < kMaxGroupUtterances &&
+               (end == begin || rows + size_t(first[end].T) <= kMaxGroupRows)) {
+            rows += size_t(first[end].T);
+            ++end;
+        }
+        l.run_group(first + begin, end - begin, results + begin);
+        begin = end;
+    }
+}
+
 void Engine::set_phase_timing(bool on) {
     const std::lock_guard<std::mutex> lock(forward_mutex_);
+    const std::lock_guard<std::mutex> lane_lock(lane_mutexes_[0]);
     KOKORO_CUDA_CHECK(cudaSetDevice(device_));
     lane(0).set_phase_timing(on);
 }
 
 std::vector<std::pair<std::string, float>> Engine::phase_times() {
     const std::lock_guard<std::mutex> lock(forward_mutex_);
+    const std::lock_guard<std::mutex> lane_lock(lane_mutexes_[0]);
     KOKORO_CUDA_CHECK(cudaSetDevice(device_));
     return lane(0).marks().since("start");
 }
 
 size_t Engine::workspace_bytes() const {
     size_t total = 0;
-    for (const auto& l : lanes_) total += l->workspace_bytes();
+    for (const auto& l : lanes_) {
+        if (l) total += l->workspace_bytes();
+    }
     return total;
 }
 
@@ -116,8 +146,33 @@ void Engine::check_inputs(const Utterance& u) const {
 ForwardResult Engine::forward(const Utterance& utterance, Trace* trace) {
     check_inputs(utterance);
     const std::lock_guard<std::mutex> lock(forward_mutex_);
+    const std::lock_guard<std::mutex> lane_lock(lane_mutexes_[0]);
     KOKORO_CUDA_CHECK(cudaSetDevice(device_));
     return lane(0).run(utterance, trace);
+}
+
+std::vector<ForwardResult> Engine::forward_on_lane(int lane_index,
+                                                   const std::vector<Utterance>& utterances) {
+    if (lane_index < 0 || lane_index >= batch_lanes_) {
+        throw InvalidInput("lane " + std::to_string(lane_index) + " is not one of the engine's " +
+                           std::to_string(batch_lanes_) + " lanes");
+    }
+    for (const Utterance& u : utterances) check_inputs(u);
+    std::vector<ForwardResult> results(utterances.size());
+    if (utterances.empty()) return results;
+    const std::lock_guard<std::mutex> lock(lane_mutexes_[size_t(lane_index)]);
+    KOKORO_CUDA_CHECK(cudaSetDevice(device_));
+    // Planned for throughput (SharedGpu) while another lane runs: the same
+    // bits either way, and a lone chunk keeps its latency.
+    struct Busy {
+        std::atomic<int>& count;
+        int others;
+        explicit Busy(std::atomic<int>& c) : count(c), others(c++) {}
+        ~Busy() { --count; }
+    } busy(busy_lanes_);
+    const SharedGpu shared(busy.others > 0);
+    run_on_lane(size_t(lane_index), utterances.data(), utterances.size(), results.data());
+    return results;
 }
 
 std::vector<ForwardResult> Engine::forward_batch(const std::vector<Utterance>& utterances) {
@@ -127,38 +182,54 @@ std::vector<ForwardResult> Engine::forward_batch(const std::vector<Utterance>& u
     KOKORO_CUDA_CHECK(cudaSetDevice(device_));
     const size_t n_lanes = std::min<size_t>(size_t(batch_lanes_), utterances.size());
     for (size_t i = 0; i < n_lanes; ++i) lane(i);
-    // Groups of consecutive utterances, each taken by one lane: their token
-    // phase runs once on all of their tokens (Lane::run_group): ALBERT's and
-    // bert_encoder's GEMMs of full waves where one utterance's rows gave
-    // latency-bound split ones (batch of 64 medium utterances: +2.5% on an
-    // H200), the LSTMs' recurrences side by side, and a graph per group's
-    // lengths (+1.7%). Only where the linears are split linears (precision
-    // fast), which keep each utterance's bits (UtteranceRows); fp32's cuBLAS GEMMs
-    // pick their kernel by shape. One group per lane, each of at most
-    // kMaxGroupUtterances utterances and kMaxGroupRows tokens (the group's
-    // ALBERT buffers; larger batches take more groups): every group's token
+    // Groups, each taken by one lane: where the token phase stacks
+    // (groups_stack), one group per lane when they fit, their token phase run
+    // once on all of their tokens: ALBERT's and bert_encoder's GEMMs of full
+    // waves where one utterance's rows gave latency-bound split ones (batch
+    // of 64 medium utterances: +2.5% on an H200), the LSTMs' recurrences side
+    // by side, and a graph per group's lengths (+1.7%); every group's token
     // phase then runs at the batch's start, its ALBERT GEMMs beside each
-    // other rather than beside other lanes' convs, whose blocks they leave
-    // one block per SM (docs/PERFORMANCE.md: 64 medium utterances +0.7%
-    // against two groups per lane, three H200s).
-    std::vector<size_t> group_starts;
-    const bool grouped =
-        weights_->plan("bert_encoder.weight").kernel == Kernel::kSplitLinear;
-    const size_t per_group =
-        grouped ? std::clamp<size_t>((utterances.size() + n_lanes - 1) / n_lanes, 1,
-                                     kMaxGroupUtterances)
-                : 1;
-    for (size_t i = 0, rows = 0; i < utterances.size(); ++i) {
-        const bool full = group_starts.empty() || i - group_starts.back() == per_group ||
-                          rows + utterances[i].T > kMaxGroupRows;
-        if (full) {
-            group_starts.push_back(i);
-            rows = 0;
+    // other rather than beside other lanes' convs, whose blocks they leave one
+    // block per SM (+0.7% against two groups per lane). Mixed lengths are
+    // dealt longest first to the group with the fewest tokens so far, so that
+    // the lanes finish together (the tokens stand for the work: the frames
+    // follow them). Without stacking, groups of one, longest first.
+    std::vector<size_t> order(utterances.size());
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return utterances[a].T > utterances[b].T;
+    });
+    std::vector<std::vector<size_t>> groups;
+    if (groups_stack()) {
+        size_t total_rows = 0;
+        for (const Utterance& u : utterances) total_rows += size_t(u.T);
+        const size_t n_groups = std::max({n_lanes,
+                                          (utterances.size() + kMaxGroupUtterances - 1) /
+                                              kMaxGroupUtterances,
+                                          (total_rows + kMaxGroupRows - 1) / kMaxGroupRows});
+        groups.resize(n_groups);
+        std::vector<size_t> rows(n_groups, 0);
+        for (const size_t i : order) {
+            const size_t T = size_t(utterances[i].T);
+            size_t best = groups.size();
+            for (size_t g = 0; g < groups.size(); ++g) {
+                const bool fits = groups[g].size() < kMaxGroupUtterances &&
+                                  (groups[g].empty() || rows[g] + T <= kMaxGroupRows);
+                if (fits && (best == groups.size() || rows[g] < rows[best])) best = g;
+            }
+            if (best == groups.size()) {
+                groups.emplace_back();
+                rows.push_back(0);
+            }
+            groups[best].push_back(i);
+            rows[best] += T;
         }
-        rows += size_t(utterances[i].T);
+        groups.erase(std::remove_if(groups.begin(), groups.end(),
+                                    [](const std::vector<size_t>& g) { return g.empty(); }),
+                     groups.end());
+    } else {
+        for (const size_t i : order) groups.push_back({i});
     }
-    group_starts.push_back(utterances.size());
-    const size_t n_groups = group_starts.size() - 1;
     std::vector<ForwardResult> results(utterances.size());
     std::vector<std::exception_ptr> errors(n_lanes);
     std::atomic<size_t> next{0};
@@ -169,15 +240,20 @@ std::vector<ForwardResult> Engine::forward_batch(const std::vector<Utterance>& u
         // reductions (launch.cuh; the same arithmetic, the same bits).
         const SharedGpu shared(n_lanes > 1);
         try {
+            const std::lock_guard<std::mutex> lane_lock(lane_mutexes_[l]);
             KOKORO_CUDA_CHECK(cudaSetDevice(device_));
-            for (size_t g = next++; g < n_groups; g = next++) {
-                const size_t begin = group_starts[g];
-                lanes_[l]->run_group(&utterances[begin], group_starts[g + 1] - begin,
-                                     &results[begin]);
+            for (size_t g = next++; g < groups.size(); g = next++) {
+                std::vector<Utterance> members;
+                for (const size_t i : groups[g]) members.push_back(utterances[i]);
+                std::vector<ForwardResult> out(members.size());
+                lanes_[l]->run_group(members.data(), members.size(), out.data());
+                for (size_t k = 0; k < members.size(); ++k) {
+                    results[groups[g][k]] = std::move(out[k]);
+                }
             }
         } catch (...) {
             errors[l] = std::current_exception();
-            next = n_groups;  // the other lanes stop after their current group
+            next = groups.size();  // the other lanes stop after their current group
         }
     };
     std::vector<std::thread> threads;

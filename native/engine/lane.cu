@@ -356,24 +356,41 @@ void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
     });
 
     // Each utterance's frame phase, from its token and prefix outputs moved
-    // into the slots that the frame graphs read.
+    // into the slots that the frame graphs read. They are enqueued back to
+    // back, with one wait at the end: the host enqueues an utterance's
+    // launches (or graph) while the GPU runs the previous one's, which a
+    // first-seen shape (uncaptured) needs to keep the GPU busy. Everything
+    // is ordered on the main stream, which each frame phase's other streams
+    // join; a slot that grows retires its old buffer until the wait, and the
+    // lane's uncaptured STFT is sized for the longest utterance first (its
+    // scratch must not move under a queued one).
     take_style_slots();
+    stft_.reserve(generator_spec_frames(cfg_, frame_rows.longest()));
     auto move = [&](void* to, const void* from, size_t bytes) {
         KOKORO_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, main));
     };
-    for (size_t i = 0; i < n; ++i) {
-        const int T = tokens.length(int(i)), F = frame_rows.length(int(i));
-        const int64_t row = tokens.offset(int(i)), frame = frame_rows.offset(int(i));
-        for (int half = 0; half < 2; ++half) {
-            move(style_out_[half], styles[i].projections[half], sizeof(float) * bank_rows[half]);
+    try {
+        for (size_t i = 0; i < n; ++i) {
+            const int T = tokens.length(int(i)), F = frame_rows.length(int(i));
+            const int64_t row = tokens.offset(int(i)), frame = frame_rows.offset(int(i));
+            for (int half = 0; half < 2; ++half) {
+                move(style_out_[half], styles[i].projections[half],
+                     sizeof(float) * bank_rows[half]);
+            }
+            move(ws_.floats(Slot::kTEn, int64_t(hid) * T), t_en + row * hid,
+                 sizeof(float) * T * hid);
+            move(ws_.ints(Slot::kFrameToken, F), frame_token + frame, sizeof(int32_t) * F);
+            move(ws_.floats(Slot::kSharedRows, int64_t(F) * hid), shared_rows + frame * hid,
+                 sizeof(float) * F * hid);
+            results[i] = frames(first[i], std::move(durations[i]), nullptr, true, false);
         }
-        move(ws_.floats(Slot::kTEn, int64_t(hid) * T), t_en + row * hid,
-             sizeof(float) * T * hid);
-        move(ws_.ints(Slot::kFrameToken, F), frame_token + frame, sizeof(int32_t) * F);
-        move(ws_.floats(Slot::kSharedRows, int64_t(F) * hid), shared_rows + frame * hid,
-             sizeof(float) * F * hid);
-        results[i] = frames(first[i], std::move(durations[i]), nullptr, true);
+    } catch (...) {
+        // Queued copies still land in results' blocks: let them finish first.
+        static_cast<void>(cudaStreamSynchronize(main));
+        throw;
     }
+    KOKORO_CUDA_CHECK(cudaStreamSynchronize(main));
+    ws_.release_retired();
 }
 
 ForwardResult Lane::run(const Utterance& u, Trace* trace) {
@@ -422,7 +439,7 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
 }
 
 ForwardResult Lane::frames(const Utterance& u, std::vector<int32_t> durations, Trace* trace,
-                           bool aligned) {
+                           bool aligned, bool wait) {
     const int T = u.T;
     const int hid = cfg_.hidden_dim;
     const int width = hid + cfg_.style_dim;
@@ -457,7 +474,7 @@ ForwardResult Lane::frames(const Utterance& u, std::vector<int32_t> durations, T
     const int spec_frames = generator_spec_frames(cfg_, F);
     auto prepare = [&](CachedGraph& entry) {
         if (!entry.stft) entry.stft = std::make_unique<ops::Stft>(cfg_.n_fft, cfg_.hop);
-        entry.stft->reserve(spec_frames, main);
+        entry.stft->reserve(spec_frames);
     };
     run_phase(frame_graphs_, frame_key, capture, prepare, [&](ops::Stft& stft) {
         if (!aligned) {
@@ -504,9 +521,11 @@ ForwardResult Lane::frames(const Utterance& u, std::vector<int32_t> durations, T
     float* const landing = pinned ? result.audio.get() : audio_staging(samples);
     KOKORO_CUDA_CHECK(cudaMemcpyAsync(landing, audio, sizeof(float) * samples,
                                       cudaMemcpyDeviceToHost, main));
-    KOKORO_CUDA_CHECK(cudaStreamSynchronize(main));  // the side stream has joined main
-    if (!pinned) std::copy_n(landing, samples, result.audio.get());
-    ws_.release_retired();
+    if (wait || !pinned || trace != nullptr) {
+        KOKORO_CUDA_CHECK(cudaStreamSynchronize(main));  // the other streams have joined main
+        if (!pinned) std::copy_n(landing, samples, result.audio.get());
+        ws_.release_retired();
+    }
     if (trace != nullptr) {
         trace->floats["audio"] = {{samples}, {result.audio.get(), result.audio.get() + samples}};
     }

@@ -120,38 +120,52 @@ Stft::Stft(int n_fft, int hop) : n_fft_(n_fft), hop_(hop) {
 
 // Destructors cannot throw: release statuses are deliberately ignored.
 Stft::~Stft() {
-    if (planned_frames_ > 0) {
-        (void)cufftDestroy(fwd_plan_);
-        (void)cufftDestroy(inv_plan_);
+    for (const auto& [frames, plans] : plans_) {
+        (void)cufftDestroy(plans.forward);
+        (void)cufftDestroy(plans.inverse);
     }
     (void)cudaFree(frames_buf_);
     (void)cudaFree(spectrum_buf_);
     (void)cudaFree(window_);
 }
 
-void Stft::reserve(int frames, cudaStream_t stream) {
-    if (frames == planned_frames_) return;
-    KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (planned_frames_ > 0) {
-        KOKORO_CUFFT_CHECK(cufftDestroy(fwd_plan_));
-        KOKORO_CUFFT_CHECK(cufftDestroy(inv_plan_));
+void Stft::destroy_plans() {
+    for (const auto& [frames, plans] : plans_) {
+        KOKORO_CUFFT_CHECK(cufftDestroy(plans.forward));
+        KOKORO_CUFFT_CHECK(cufftDestroy(plans.inverse));
+    }
+    plans_.clear();
+}
+
+void Stft::reserve(int frames) {
+    const int bins = n_fft_ / 2 + 1;
+    if (frames > capacity_frames_) {
+        KOKORO_CUDA_CHECK(cudaDeviceSynchronize());  // queued work may read the old scratch
         KOKORO_CUDA_CHECK(cudaFree(frames_buf_));
         KOKORO_CUDA_CHECK(cudaFree(spectrum_buf_));
         frames_buf_ = nullptr;
         spectrum_buf_ = nullptr;
-        planned_frames_ = 0;
+        capacity_frames_ = 0;
+        frames_buf_ = static_cast<float*>(
+            device_alloc(size_t(frames) * n_fft_ * sizeof(float), "STFT frames"));
+        spectrum_buf_ = static_cast<cufftComplex*>(
+            device_alloc(size_t(frames) * bins * sizeof(cufftComplex), "STFT spectrum"));
+        capacity_frames_ = frames;
     }
-    const int bins = n_fft_ / 2 + 1;
+    if (plans_.count(frames) != 0) return;
+    if (plans_.size() == kMaxPlans) {
+        KOKORO_CUDA_CHECK(cudaDeviceSynchronize());  // queued work may use a plan
+        destroy_plans();
+    }
+    Plans made;
     int n = n_fft_;
-    KOKORO_CUFFT_CHECK(cufftPlanMany(&fwd_plan_, 1, &n, nullptr, 1, n_fft_, nullptr, 1, bins,
+    KOKORO_CUFFT_CHECK(cufftPlanMany(&made.forward, 1, &n, nullptr, 1, n_fft_, nullptr, 1, bins,
                                      CUFFT_R2C, frames));
-    KOKORO_CUFFT_CHECK(cufftPlanMany(&inv_plan_, 1, &n, nullptr, 1, bins, nullptr, 1, n_fft_,
-                                     CUFFT_C2R, frames));
-    planned_frames_ = frames;
-    frames_buf_ = static_cast<float*>(
-        device_alloc(size_t(frames) * n_fft_ * sizeof(float), "STFT frames"));
-    spectrum_buf_ = static_cast<cufftComplex*>(
-        device_alloc(size_t(frames) * bins * sizeof(cufftComplex), "STFT spectrum"));
+    const cufftResult inverse = cufftPlanMany(&made.inverse, 1, &n, nullptr, 1, bins, nullptr, 1,
+                                              n_fft_, CUFFT_C2R, frames);
+    if (inverse != CUFFT_SUCCESS) (void)cufftDestroy(made.forward);
+    KOKORO_CUFFT_CHECK(inverse);
+    plans_[frames] = made;
 }
 
 void Stft::forward(const float* x, int n, float* out, cudaStream_t stream) {
@@ -162,12 +176,13 @@ void Stft::forward(const float* x, int n, float* out, cudaStream_t stream) {
     }
     const int nframes = frames(n);
     const int bins = n_fft_ / 2 + 1;
-    reserve(nframes, stream);
+    reserve(nframes);
+    const cufftHandle plan = plans_.at(nframes).forward;
     launch_dependent(frame_window_kernel, dim3(blocks_for(int64_t(nframes) * n_fft_)),
                      dim3(kThreads), 0, stream, "frame_window_kernel", x, n, window_, n_fft_, hop_,
                      nframes, frames_buf_);
-    KOKORO_CUFFT_CHECK(cufftSetStream(fwd_plan_, stream));
-    KOKORO_CUFFT_CHECK(cufftExecR2C(fwd_plan_, frames_buf_, spectrum_buf_));
+    KOKORO_CUFFT_CHECK(cufftSetStream(plan, stream));
+    KOKORO_CUFFT_CHECK(cufftExecR2C(plan, frames_buf_, spectrum_buf_));
     launch_dependent(magnitude_phase_kernel, dim3(blocks_for(int64_t(nframes) * bins)),
                      dim3(kThreads), 0, stream, "magnitude_phase_kernel", spectrum_buf_, bins,
                      nframes, out);
@@ -177,7 +192,8 @@ void Stft::inverse_from_logits(const float* logits, int nframes, float* audio,
                                cudaStream_t stream) {
     if (nframes < 2) return;  // hop * (frames - 1) samples: nothing to write
     const int bins = n_fft_ / 2 + 1;
-    reserve(nframes, stream);
+    reserve(nframes);
+    const cufftHandle plan = plans_.at(nframes).inverse;
     // kThreads frames a block, fewer where their bins outgrow the default
     // shared memory.
     const int per_block =
@@ -187,8 +203,8 @@ void Stft::inverse_from_logits(const float* logits, int nframes, float* audio,
                      sizeof(cufftComplex) * size_t(per_block) * bins, stream,
                      "spectrum_from_logits_kernel", logits, bins, nframes, n_fft_, per_block,
                      spectrum_buf_);
-    KOKORO_CUFFT_CHECK(cufftSetStream(inv_plan_, stream));
-    KOKORO_CUFFT_CHECK(cufftExecC2R(inv_plan_, spectrum_buf_, frames_buf_));
+    KOKORO_CUFFT_CHECK(cufftSetStream(plan, stream));
+    KOKORO_CUFFT_CHECK(cufftExecC2R(plan, spectrum_buf_, frames_buf_));
     launch_dependent(overlap_add_kernel, dim3(blocks_for(int64_t(hop_) * (nframes - 1))),
                      dim3(kThreads), 0, stream, "overlap_add_kernel", frames_buf_, window_, n_fft_,
                      hop_, nframes, audio);

@@ -1,7 +1,9 @@
 // The native engine: one object per loaded model on one GPU. Construction
 // uploads the folded weights once; forward() runs the whole model for one
 // utterance, reading back only the durations (to size the frame axis) and
-// the audio; forward_batch() runs many utterances on several lanes at once.
+// the audio; forward_batch() runs many utterances on several lanes at once;
+// forward_on_lane() runs utterances on one lane, so that a scheduler with a
+// thread per lane hands each lane new work as soon as it frees.
 // A lane is what one utterance in flight needs: four streams (the model's
 // independent branches run concurrently), their cuBLAS handles, a
 // workspace, and two bounded LRU caches of CUDA graphs, one for the part
@@ -13,6 +15,8 @@
 // ids, style or speed).
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -69,6 +73,13 @@ public:
     // Many utterances on up to batch_lanes() lanes, one host thread per lane;
     // each result equals forward() of the same utterance.
     std::vector<ForwardResult> forward_batch(const std::vector<Utterance>& utterances);
+    // Utterances on lane `lane_index` (0 .. batch_lanes() - 1) alone, in
+    // groups as forward_batch() runs them; calls on different lanes run
+    // concurrently (a scheduler's thread per lane), calls on one lane and
+    // forward() / forward_batch() on the same lane one at a time. Each
+    // result equals forward() of the same utterance.
+    std::vector<ForwardResult> forward_on_lane(int lane_index,
+                                               const std::vector<Utterance>& utterances);
 
     // A batch's lanes: one per kBytesPerLane of the GPU's memory, from
     // kMinLanes to kMaxLanes. Each lane keeps a workspace sized by the
@@ -94,15 +105,25 @@ public:
 private:
     void check_inputs(const Utterance& u) const;
     Lane& lane(size_t index);  // created on first use
+    // Whether a batch's token phases run stacked (precision fast's split
+    // linears keep each utterance's bits; fp32's cuBLAS GEMMs pick their
+    // kernel by shape, so its groups are of one).
+    bool groups_stack() const;
+    // `count` utterances from `first` on lane `index` (whose mutex the caller
+    // holds), in groups of at most kMaxGroupUtterances and kMaxGroupRows.
+    void run_on_lane(size_t index, const Utterance* first, size_t count, ForwardResult* results);
 
     ModelConfig cfg_;
     int device_;
     Precision precision_;
     int batch_lanes_ = kMinLanes;
-    std::mutex forward_mutex_;  // one call at a time (the GIL is released)
+    std::mutex forward_mutex_;  // forward() and forward_batch(): one call at a time
+    std::mutex lanes_mutex_;    // the creation of lanes
+    std::array<std::mutex, kMaxLanes> lane_mutexes_;  // a lane runs one call at a time
+    std::atomic<int> busy_lanes_{0};  // lanes running work now (whether the GPU is shared)
     std::unique_ptr<DeviceWeights> weights_;
     std::shared_ptr<PinnedPool> audio_pool_ = std::make_shared<PinnedPool>();
-    std::vector<std::unique_ptr<Lane>> lanes_;  // destroyed first: they drain their streams
+    std::array<std::unique_ptr<Lane>, kMaxLanes> lanes_;  // destroyed first: they drain their streams
 };
 
 }  // namespace kokoro

@@ -146,8 +146,11 @@ private:
     // from its durations (read back) to the audio in host memory. aligned: a
     // group's frame prefix (run_group) left its alignment and shared LSTM
     // output in the slots too (engine.frame_token, prosody.shared_rows).
+    // Unless `wait`, the audio's copy to the host is only enqueued (into a
+    // block of the pool): the caller synchronises the main stream before the
+    // result is read, and may enqueue the next utterance meanwhile.
     ForwardResult frames(const Utterance& u, std::vector<int32_t> durations, Trace* trace,
-                         bool aligned = false);
+                         bool aligned = false, bool wait = true);
     // style_out_, sized for the style banks.
     void take_style_slots();
     // Where token_pass writes, per token row: bert [rows, bert_hidden],

@@ -4,6 +4,8 @@
 // one another: each holds the types the later ones use.)
 #pragma once
 
+#include <map>
+
 #include "kokoro/ops/attention.h"
 
 namespace kokoro::ops {
@@ -21,7 +23,12 @@ public:
     int frames(int n) const { return n / hop_ + 1; }
     // Makes the plans and scratch for `frames` frames now (forward and
     // inverse call it too), so that a graph capture that follows finds them.
-    void reserve(int frames, cudaStream_t stream);
+    // A plan per frame count is kept (up to kMaxPlans) and the scratch only
+    // grows, so that a call for a length already planned neither waits nor
+    // frees: work queued on any stream may still use them. Growing the
+    // scratch, or dropping the plans when there are kMaxPlans, waits for the
+    // device first.
+    void reserve(int frames);
     // Forward: magnitude and phase of x [n], n > n_fft / 2 (reflect padding).
     void forward(const float* x, int n, float* out, cudaStream_t stream);
     // Spectral head + inverse: logits [2 * (n_fft/2 + 1), frames] ->
@@ -31,11 +38,16 @@ public:
     void inverse_from_logits(const float* logits, int frames, float* audio, cudaStream_t stream);
 
 private:
-    int n_fft_, hop_, planned_frames_ = 0;
-    cufftHandle fwd_plan_ = 0, inv_plan_ = 0;
+    static constexpr size_t kMaxPlans = 64;
+    struct Plans {
+        cufftHandle forward = 0, inverse = 0;
+    };
+    void destroy_plans();
+    int n_fft_, hop_, capacity_frames_ = 0;
+    std::map<int, Plans> plans_;           // by frame count
     float* window_ = nullptr;              // device [n_fft]
-    float* frames_buf_ = nullptr;          // device [planned_frames_, n_fft]
-    cufftComplex* spectrum_buf_ = nullptr; // device [planned_frames_, n_fft/2 + 1]
+    float* frames_buf_ = nullptr;          // device [capacity_frames_, n_fft]
+    cufftComplex* spectrum_buf_ = nullptr; // device [capacity_frames_, n_fft/2 + 1]
 };
 
 }  // namespace kokoro::ops
