@@ -19,8 +19,14 @@ same server with ``--max-batch 1``, one chunk on the model at a time, run in
 the same invocation) or targets ``--url``. Clients are spread over
 ``--client-procs`` processes so that reading 128 streams is not the limit.
 
+``--soak`` runs one client count and format for ``--duration`` seconds and
+samples the server's memory throughout (its RSS, its front-end processes' RSS,
+the GPU memory used, and its speech responses so far, from ``/metrics``),
+printing the samples and a line with start / middle / end and the errors.
+
     python scripts/load_test.py --model DIR --device cuda --precision fast --serial
     python scripts/load_test.py --url http://127.0.0.1:8880 --clients 8,32 --format mp3
+    python scripts/load_test.py --model DIR --device cuda --precision fast --clients 128 --duration 600 --soak
 """
 
 from __future__ import annotations
@@ -31,16 +37,17 @@ import json
 import multiprocessing
 import os
 import random
-import signal
-import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
+
+from kokoro_gpu.server.launcher import ServerProcess
 
 SAMPLE_RATE = 24000
 # Mixed-length English: one short line, medium paragraphs, long ones (written for this test).
@@ -185,94 +192,127 @@ def run_level(url: str, api_key: str | None, fmt: str, clients: int, duration: f
 # ------------------------------------------------------------------- server
 
 
-class Server:
-    """kokoro-serve in a subprocess on a free port, or an existing URL."""
+@dataclass
+class Target:
+    """The server under load: one this script started (``process``), or the one at ``url``."""
 
-    def __init__(self, url: str | None, server_args: list[str], label: str) -> None:
-        self.label = label
-        self.process: subprocess.Popen | None = None
-        if url is not None:
-            self.url = url.rstrip("/")
-            return
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        argv = [sys.executable, "-m", "kokoro_gpu.server", "--port", str(port), "--log-level", "warning",
-                "--max-streams", "4096", *server_args]
-        print(f"# starting: {' '.join(argv)}", file=sys.stderr)
-        self.process = subprocess.Popen(argv)
-        end = time.monotonic() + 600
-        while time.monotonic() < end:
-            if self.process.poll() is not None:
-                raise SystemExit(f"load_test: the server exited with {self.process.returncode}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise SystemExit("load_test: the server did not become ready in 600 s")
-
-    def pids(self) -> list[int]:
-        """The server and its front-end worker processes."""
-        if self.process is None:
-            return []
-        found, todo = [], [self.process.pid]
-        while todo:
-            pid = todo.pop()
-            found.append(pid)
-            for task in Path(f"/proc/{pid}/task").glob("*/children"):
-                todo.extend(int(c) for c in task.read_text().split())
-        return found
-
-    def cpu_seconds(self) -> float | None:
-        if self.process is None:
-            return None
-        tick = os.sysconf("SC_CLK_TCK")
-        total = 0
-        for pid in self.pids():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += int(fields[11]) + int(fields[12])
-        return total / tick
-
-    def rss_mb(self) -> float | None:
-        if self.process is None:
-            return None
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return None
+    label: str
+    url: str
+    process: ServerProcess | None = None
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        if self.process is not None:
+            self.process.stop()
 
 
-def audio_seconds_made(url: str) -> float | None:
-    """The server's kokoro_audio_seconds_total (counts every format's audio)."""
+def start_server(server_args: list[str], label: str) -> Target:
+    process = ServerProcess(["--log-level", "warning", "--max-streams", "4096", *server_args])
+    print(f"# starting: {' '.join(process.argv)}", file=sys.stderr)
     try:
-        text = httpx.get(f"{url}/metrics", timeout=10).text
-    except httpx.HTTPError:
+        process.wait_ready(600)
+    except RuntimeError as e:
+        process.stop()
+        raise SystemExit(f"load_test: {e}") from None
+    return Target(label, process.url, process)
+
+
+def cpu_seconds(target: Target) -> float | None:
+    """CPU seconds used so far by the server and its front-end processes."""
+    if target.process is None:
         return None
-    return next((float(line.split()[-1]) for line in text.splitlines()
-                 if line.startswith("kokoro_audio_seconds_total")), None)
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in target.process.pids():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return None
+    return next((int(line.split()[1]) / 1024 for line in lines if line.startswith("VmRSS:")), None)
 
 
 def gpu_memory_mb() -> str:
+    """Memory used on each GPU (nvidia-smi; '/' between GPUs), '-' without one."""
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=10).stdout.split()
         return "/".join(out) if out else "-"
     except (OSError, subprocess.TimeoutExpired):
         return "-"
+
+
+def server_metrics(url: str) -> dict[str, float]:
+    """From the server's /metrics: audio seconds made, speech responses ok (2xx) and failed (others)."""
+    found = {"audio_s": 0.0, "speech_ok": 0.0, "speech_failed": 0.0}
+    try:
+        text = httpx.get(f"{url}/metrics", timeout=10).text
+    except httpx.HTTPError:
+        return {}
+    for line in text.splitlines():
+        if line.startswith("kokoro_audio_seconds_total"):
+            found["audio_s"] = float(line.split()[-1])
+        elif line.startswith("kokoro_requests_total") and 'route="/v1/audio/speech"' in line:
+            key = "speech_ok" if 'status="2' in line else "speech_failed"
+            found[key] += float(line.split()[-1])
+    return found
+
+
+@dataclass
+class MemorySample:
+    """The server's memory at one moment of a run, with its speech responses so far."""
+
+    at_s: float
+    server_rss_mb: float | None  # the server process
+    front_end_rss_mb: float | None  # its text front-end processes together
+    gpu_mb: str
+    speech_ok: float | None
+    speech_failed: float | None
+
+
+def sample_memory(target: Target, at_s: float) -> MemorySample:
+    server = front_end = None
+    if target.process is not None:
+        pids = target.process.pids()
+        server = rss_mb(pids[0])
+        front_end = sum(r for r in map(rss_mb, pids[1:]) if r is not None)
+    counts = server_metrics(target.url)
+    return MemorySample(at_s, server, front_end, gpu_memory_mb(), counts.get("speech_ok"),
+                        counts.get("speech_failed"))
+
+
+class MemorySampler:
+    """Samples the server's memory every ``every_s`` seconds in a thread, while the load runs."""
+
+    def __init__(self, target: Target, every_s: float) -> None:
+        self.target = target
+        self.every_s = every_s
+        self.samples: list[MemorySample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._started = time.perf_counter()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.samples.append(sample_memory(self.target, time.perf_counter() - self._started))
+
+    def __enter__(self) -> MemorySampler:
+        self._started = time.perf_counter()
+        self.samples.append(sample_memory(self.target, 0.0))
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append(sample_memory(self.target, time.perf_counter() - self._started))
 
 
 # ------------------------------------------------------------------- report
@@ -312,29 +352,72 @@ def row(s: dict) -> str:
             f"| {s['underruns']} | {s['audio_s_per_s']:.1f} | {s['cpu_s_per_audio_s']:.3f} |")
 
 
-def run_mode(server: Server, args: argparse.Namespace, levels: list[int], formats: list[str]) -> list[dict]:
+def _mb(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def measure(target: Target, args: argparse.Namespace, fmt: str, clients: int) -> dict:
+    """``clients`` streams for ``args.duration`` seconds: the row (printed), with the server's CPU time
+    and audio made over the run."""
+    cpu0, made0 = cpu_seconds(target), server_metrics(target.url).get("audio_s")
+    records, wall = run_level(target.url, args.api_key, fmt, clients, args.duration, args.rate,
+                              args.client_procs, args.corpus, args.voice_fields)
+    cpu1, made1 = cpu_seconds(target), server_metrics(target.url).get("audio_s")
+    summary = summarise(target.label, clients, fmt, records, wall,
+                        None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
+                        None if made0 is None or made1 is None else made1 - made0)
+    print(row(summary), flush=True)
+    if summary["first_error"]:
+        print(f"#   first error: {summary['first_error']}", flush=True)
+    return summary
+
+
+def warm_up(target: Target, args: argparse.Namespace, fmt: str, clients: int) -> None:
+    """Load that is not counted: the first batches of each size, the encoders, the front-end caches."""
+    if args.warmup > 0:
+        run_level(target.url, args.api_key, fmt, min(8, clients), args.warmup, None, args.client_procs,
+                  args.corpus, args.voice_fields)
+
+
+def run_mode(target: Target, args: argparse.Namespace, levels: list[int], formats: list[str]) -> list[dict]:
     """Warm up, then every format at every client count against one server; print each row."""
-    rows = []
-    memory_start = (server.rss_mb(), gpu_memory_mb())
-    run_level(server.url, args.api_key, formats[0], min(8, max(levels)), args.warmup, None, args.client_procs,
-              args.corpus, args.voice_fields)
-    for fmt in formats:
-        for clients in levels:
-            cpu0, made0 = server.cpu_seconds(), audio_seconds_made(server.url)
-            records, wall = run_level(server.url, args.api_key, fmt, clients, args.duration, args.rate,
-                                      args.client_procs, args.corpus, args.voice_fields)
-            cpu1, made1 = server.cpu_seconds(), audio_seconds_made(server.url)
-            summary = summarise(server.label, clients, fmt, records, wall,
-                                None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
-                                None if made0 is None or made1 is None else made1 - made0)
-            rows.append(summary)
-            print(row(summary), flush=True)
-            if summary["first_error"]:
-                print(f"#   first error: {summary['first_error']}", flush=True)
-    memory_end = (server.rss_mb(), gpu_memory_mb())
-    print(f"# {server.label}: server RSS {memory_start[0]} -> {memory_end[0]} MB, "
-          f"GPU memory used {memory_start[1]} -> {memory_end[1]} MB", flush=True)
+    warm_up(target, args, formats[0], max(levels))
+    start = sample_memory(target, 0.0)
+    rows = [measure(target, args, fmt, clients) for fmt in formats for clients in levels]
+    end = sample_memory(target, 0.0)
+    print(f"# {target.label}: server RSS {_mb(start.server_rss_mb)} -> {_mb(end.server_rss_mb)} MB, "
+          f"GPU memory used {start.gpu_mb} -> {end.gpu_mb} MB", flush=True)
     return rows
+
+
+MEMORY_HEADER = ("| at s | server RSS MB | front-end RSS MB | GPU memory used MB | speech responses ok "
+                 "| speech responses failed |")
+
+
+def soak(target: Target, args: argparse.Namespace, clients: int, fmt: str) -> dict:
+    """``clients`` streams for ``args.duration`` seconds with the server's memory sampled throughout:
+    the row, a table of samples, and a line with start / middle / end and the errors."""
+    warm_up(target, args, fmt, clients)
+    every = args.sample_every or max(1.0, args.duration / 10)
+    with MemorySampler(target, every) as sampler:
+        summary = measure(target, args, fmt, clients)
+    samples = sampler.samples
+    print(f"\n# soak: {target.label}, {clients} clients, {fmt}, {args.duration:g} s\n{MEMORY_HEADER}\n"
+          + "|" + "---|" * 6, flush=True)
+    for m in samples:
+        print(f"| {m.at_s:.0f} | {_mb(m.server_rss_mb)} | {_mb(m.front_end_rss_mb)} | {m.gpu_mb} "
+              f"| {_mb(m.speech_ok)} | {_mb(m.speech_failed)} |", flush=True)
+    first, last = samples[0], samples[-1]
+    middle = min(samples, key=lambda m: abs(m.at_s - last.at_s / 2))  # the streams open at the end run on
+    failed = None if last.speech_failed is None or first.speech_failed is None else (
+        last.speech_failed - first.speech_failed)
+    print(f"# soak result: {summary['requests']} requests, {summary['errors']} client errors, "
+          f"{_mb(failed)} failed server responses; server RSS start / middle / end "
+          f"{_mb(first.server_rss_mb)} / {_mb(middle.server_rss_mb)} / {_mb(last.server_rss_mb)} MB, "
+          f"front-end RSS {_mb(first.front_end_rss_mb)} / {_mb(middle.front_end_rss_mb)} / "
+          f"{_mb(last.front_end_rss_mb)} MB, GPU memory used {first.gpu_mb} / {middle.gpu_mb} / "
+          f"{last.gpu_mb} MB", flush=True)
+    return summary | {"memory": [asdict(m) for m in samples]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -352,6 +435,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=5.0, help="seconds of load before each mode, not counted")
     p.add_argument("--rate", type=float, default=None, help="open loop: requests per second (Poisson)")
     p.add_argument("--format", default="pcm", help="comma-separated: pcm, mp3, opus, ...")
+    p.add_argument("--soak", action="store_true",
+                   help="one client count and format for --duration seconds, sampling the server's RSS and "
+                   "GPU memory throughout (start, middle, end reported)")
+    p.add_argument("--sample-every", type=float, default=None,
+                   help="seconds between memory samples of --soak (default: a tenth of --duration, >= 1)")
     p.add_argument("--client-procs", type=int, default=min(8, os.cpu_count() or 1))
     p.add_argument("--api-key", default=os.environ.get("KOKORO_API_KEY"))
     p.add_argument("--texts", default="mixed",
@@ -362,11 +450,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.serial and args.url:
         p.error("--serial starts its own two servers; give --model instead of --url")
+    levels = [int(c) for c in args.clients.split(",")]
+    formats = args.format.split(",")
+    if args.soak and (len(levels) != 1 or len(formats) != 1):
+        p.error("--soak runs one client count and one format: give --clients N --format F")
     args.corpus = load_texts(args.texts)
     args.voice_fields = {"voice": args.voice} | ({"lang": args.lang} if args.lang else {})
 
-    levels = [int(c) for c in args.clients.split(",")]
-    formats = args.format.split(",")
     base = [] if args.url else ["--model", args.model, "--device", args.device,
                                 "--precision", args.precision, *args.server_arg]
     modes = [("batched", base)] + ([("one-at-a-time", [*base, "--max-batch", "1"])] if args.serial else [])
@@ -374,9 +464,12 @@ def main(argv: list[str] | None = None) -> int:
     print(HEADER)
     print("|" + "---|" * 12)
     for label, server_args in modes:
-        server = Server(args.url, server_args, label)
+        server = Target(label, args.url.rstrip("/")) if args.url else start_server(server_args, label)
         try:
-            rows.extend(run_mode(server, args, levels, formats))
+            if args.soak:
+                rows.append(soak(server, args, levels[0], formats[0]))
+            else:
+                rows.extend(run_mode(server, args, levels, formats))
         finally:
             server.stop()
     if args.json:

@@ -4,67 +4,20 @@ from __future__ import annotations
 
 import io
 import itertools
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import numpy as np
 import soundfile
+
+from kokoro_gpu.server.launcher import ServerProcess
 
 API_KEY = "test-key"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ServerProcess:
-    """``python -m kokoro_gpu.server`` in a subprocess; ``stop()`` sends SIGTERM (graceful shutdown)."""
-
-    def __init__(self, model_dir: Path, *extra: str, log: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        argv = [sys.executable, "-m", "kokoro_gpu.server", "--model", str(model_dir), "--device", "cpu",
-                "--port", str(self.port), "--g2p-workers", "1", "--log-level", "warning", *extra]
-        self._log_file = open(log, "wb")  # closed in stop()
-        self.process = subprocess.Popen(argv, stdout=self._log_file, stderr=subprocess.STDOUT,
-                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
-
-    def wait_ready(self, timeout: float = 180.0) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if self.process.poll() is not None:
-                tail = self.log.read_text()[-2000:]
-                raise RuntimeError(f"server exited with {self.process.returncode}: {tail}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError(f"server not ready after {timeout} s: {self.log.read_text()[-2000:]}")
-
-    def health(self) -> dict:
-        return httpx.get(f"{self.url}/health", timeout=10).json()
-
-    def stop(self, timeout: float = 60.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log_file.close()
-        return self.process.returncode
+def cpu_server(model_dir: Path, *extra: str, log: Path) -> ServerProcess:
+    """kokoro-serve on the CPU backend with one front-end process, its output in ``log``."""
+    return ServerProcess(["--model", str(model_dir), "--device", "cpu", "--g2p-workers", "1",
+                          "--log-level", "warning", *extra], log=log)
 
 
 def pcm16(audio: np.ndarray) -> np.ndarray:

@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from server_helpers import free_port, pcm16
+from server_helpers import pcm16
 
 pytest.importorskip("ray.serve", reason="needs ray[serve] (the 'ray' extra)")
 pytest.importorskip("fastapi")
@@ -56,6 +56,7 @@ from kokoro_gpu.ray_serve import (
     parse_cli,
     replica_settings,
 )
+from kokoro_gpu.server.launcher import free_port
 from kokoro_gpu.server.metrics import Metrics
 from kokoro_gpu.server.settings import ServerSettings
 

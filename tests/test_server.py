@@ -19,7 +19,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
-from server_helpers import API_KEY, ServerProcess, band_similarity, decode, pcm16
+from server_helpers import API_KEY, band_similarity, cpu_server, decode, pcm16
 
 from kokoro_gpu import KokoroTTS
 
@@ -48,7 +48,7 @@ def tts(model_dir) -> KokoroTTS:
 
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
-    process = ServerProcess(
+    process = cpu_server(
         model_dir, "--api-key", API_KEY, "--max-streams", str(MAX_STREAMS),
         "--max-input-chars", str(MAX_INPUT_CHARS), "--max-body-bytes", str(MAX_BODY_BYTES),
         log=tmp_path_factory.mktemp("log") / "server.log",
@@ -316,7 +316,7 @@ def test_routes_and_other_errors(server):
 
 def test_graceful_shutdown_finishes_the_stream(model_dir, tts, tmp_path):
     """SIGTERM while a stream runs: the stream still gets all of its audio, then the server exits."""
-    process = ServerProcess(model_dir, log=tmp_path / "server.log")
+    process = cpu_server(model_dir, log=tmp_path / "server.log")
     try:
         process.wait_ready()
         got = bytearray()
@@ -447,3 +447,24 @@ def test_load_test_script_against_the_server(server):
     bad, _ = load_test.run_level(server.url, "wrong-key", "pcm", 1, 0.1, None, 1, ["Hi."],
                                  {"voice": "af_heart"})
     assert bad and bad[0].error.startswith("401")
+
+
+def test_load_test_soak_samples_the_servers_memory(server):
+    """scripts/load_test.py --soak's run on this server: memory sampled at start, during and after the
+    load, with the server's responses counted."""
+    import argparse
+
+    from script_modules import load_script
+
+    load_test = load_script("load_test")
+    _wait_idle(server)
+    args = argparse.Namespace(duration=3.0, warmup=0.0, sample_every=1.0, rate=None, client_procs=1,
+                              api_key=API_KEY, corpus=["Hi."], voice_fields={"voice": "af_heart"})
+    summary = load_test.soak(load_test.Target("batched", server.url, server), args, 2, "pcm")
+    assert summary["errors"] == 0 and summary["requests"] > 0
+    samples = summary["memory"]
+    assert len(samples) >= 4 and samples[0]["at_s"] == 0 and samples[-1]["at_s"] >= 3.0
+    assert all(m["server_rss_mb"] > 50 and m["front_end_rss_mb"] > 50 for m in samples)
+    # Every request of the run was answered 200 by the server, counted between the first and last sample.
+    assert samples[-1]["speech_ok"] - samples[0]["speech_ok"] == summary["requests"]
+    assert samples[-1]["speech_failed"] == samples[0]["speech_failed"]
