@@ -52,7 +52,7 @@ except ModuleNotFoundError as missing:
 from .checkpoint import resolve_model
 from .errors import KokoroError
 from .server.app import create_app, load_model
-from .server.settings import ServerSettings, build_parser, settings_from_args
+from .server.settings import ServerSettings, build_parser, settings_from_args, settings_from_namespace
 
 logger = logging.getLogger("kokoro_gpu.ray_serve")
 
@@ -287,11 +287,11 @@ class KokoroReplica:
             raise RuntimeError(f"replica {self._replica}: /health answered {status}: {body[:200]!r}")
 
 
-def build_app(settings: ServerSettings, scale: ScaleOut | None = None) -> Application:
-    """The Serve application: ``KokoroReplica`` with options for ``settings``' device and ``scale``."""
-    scale = scale or ScaleOut()
-    settings = replica_settings(settings, scale)
-    return KokoroReplica.options(**deployment_options(settings, scale)).bind(settings)
+def build_app(replica: ServerSettings, scale: ScaleOut) -> Application:
+    """The Serve application: ``KokoroReplica`` with options for ``replica``'s device and ``scale``.
+
+    ``replica``: the settings each replica gets, as ``replica_settings`` makes them."""
+    return KokoroReplica.options(**deployment_options(replica, scale)).bind(replica)
 
 
 _SCALE_FIELDS = {f.name: f for f in fields(ScaleOut)}
@@ -300,7 +300,8 @@ _SCALE_FIELDS = {f.name: f for f in fields(ScaleOut)}
 def app_builder(args: dict[str, Any]) -> Application:
     """``serve run`` / ``serve deploy`` entry point: ``args`` are ``kokoro-serve`` options by name
     (``model``, ``device``, ``max_streams``, ...) and ``ScaleOut`` fields (``replicas``, ...)."""
-    return build_app(*builder_inputs(args))
+    settings, scale = builder_inputs(args)
+    return build_app(replica_settings(settings, scale), scale)
 
 
 def builder_inputs(args: dict[str, Any]) -> tuple[ServerSettings, ScaleOut]:
@@ -340,12 +341,6 @@ def _add_scale_arguments(parser: argparse.ArgumentParser) -> None:
                    help="also the replica's front-end processes (default 8 on CUDA, 1 on CPU)")
 
 
-def _scale_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(add_help=False)
-    _add_scale_arguments(parser)
-    return parser
-
-
 def build_cli_parser() -> argparse.ArgumentParser:
     """``kokoro-serve``'s options plus the Ray Serve ones, for ``--help`` and checking the whole line."""
     parser = argparse.ArgumentParser(
@@ -357,11 +352,9 @@ def build_cli_parser() -> argparse.ArgumentParser:
 
 
 def parse_cli(argv: list[str] | None) -> tuple[ServerSettings, ScaleOut, str | None]:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    build_cli_parser().parse_args(argv)  # every error (and --help) with the full usage
-    known, server_argv = _scale_parser().parse_known_args(argv)
-    scale = ScaleOut(**{name: getattr(known, name) for name in _SCALE_FIELDS if hasattr(known, name)})
-    return settings_from_args(server_argv), scale, known.address
+    args = build_cli_parser().parse_args(argv)  # every error (and --help) with the full usage
+    scale = ScaleOut(**{name: getattr(args, name) for name in _SCALE_FIELDS if hasattr(args, name)})
+    return settings_from_namespace(args), scale, args.address
 
 
 class _Stop(Exception):
@@ -418,10 +411,10 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _stop)  # after ray.init, which installs its own SIGTERM handler
     try:
-        replicas = replica_settings(settings, scale)
-        check_placement(replicas, scale)
+        replica = replica_settings(settings, scale)  # the device resolved once, for placement and replicas
+        check_placement(replica, scale)
         serve.start(http_options={"host": settings.host, "port": settings.port})
-        serve.run(build_app(settings, scale), name=APP_NAME, route_prefix="/")
+        serve.run(build_app(replica, scale), name=APP_NAME, route_prefix="/")
         logger.info("kokoro_gpu: serving on http://%s:%d through Ray Serve", settings.host, settings.port)
         threading.Event().wait()
     except _Stop:

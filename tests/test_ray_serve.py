@@ -149,9 +149,11 @@ def test_builder_reads_serve_run_strings_and_refuses_bad_options():
 
 def test_command_line_takes_serve_and_ray_options():
     settings, scale, address = parse_cli(["--model", "m", "--device", "cpu", "--port", "9000", "--replicas",
-                                          "2", "--address", "auto", "--max-streams", "16"])
+                                          "2", "--address", "auto", "--max-streams", "16", "--strict",
+                                          "--cpus-per-replica", "2.5"])
     assert (settings.model, settings.device, settings.port, settings.max_streams) == ("m", "cpu", 9000, 16)
-    assert (scale.replicas, address) == (2, "auto")
+    assert settings.max_input_chars == 4096
+    assert (scale.replicas, scale.cpus_per_replica, scale.max_replicas, address) == (2, 2.5, None, "auto")
     with pytest.raises(SystemExit) as exit_info:
         parse_cli(["--replicas", "two"])
     assert exit_info.value.code == 2

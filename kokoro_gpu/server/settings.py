@@ -102,7 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from_args(argv: list[str] | None = None) -> ServerSettings:
-    args = build_parser().parse_args(argv)
+    return settings_from_namespace(build_parser().parse_args(argv))
+
+
+def settings_from_namespace(args: argparse.Namespace) -> ServerSettings:
+    """Settings from ``build_parser()``'s options as parsed (by it or by a parser that has them all)."""
     model = args.model
     if model is None:
         model, notice = default_model(local_files_only=args.local_files_only)
