@@ -108,30 +108,35 @@ def test_synthesize_batch_through_the_scheduler_equals_one_by_one(demo_model_dir
 
 
 class HeldBackend(Backend):
-    """Audio = a function of the ids; records each forward_batch's size; held until `gate` is set."""
+    """Audio = a function of the ids; four lanes, as on the engine; records each call's size in the
+    order the calls are made; every call is held until `gate` is set."""
 
     device = "cuda"  # KokoroTTS's scheduler batches as on the engine
     precision = "fp32"
+    lanes = 4
 
     def __init__(self) -> None:
         self.batches: list[int] = []
         self.gate = threading.Event()
         self.started = threading.Event()
+        self.lock = threading.Lock()
 
     def forward(self, input_ids, ref_s, speed, *, deterministic, seed, trace=None):
         return np.full(10 * len(input_ids), float(input_ids.sum()), dtype=np.float32), np.ones(
             len(input_ids), dtype=np.int64
         )
 
-    def forward_batch(self, items, *, deterministic):
+    def forward_on_lane(self, lane, items, *, deterministic):
+        with self.lock:
+            self.batches.append(len(items))
         self.started.set()
         self.gate.wait()
-        self.batches.append(len(items))
         return super().forward_batch(items, deterministic=deterministic)
 
 
-def test_synthesize_batch_is_one_engine_call(demo_model_dir: Path) -> None:
-    """On CUDA a whole call's chunks, queued while the engine is busy, go in one forward_batch."""
+def test_synthesize_batch_spreads_its_chunks_over_the_lanes(demo_model_dir: Path) -> None:
+    """On CUDA a call's chunks are queued together: the free lanes take full shares (16) at once,
+    the shares shrink as the queue drains, and every chunk runs once, its result in its place."""
     backend = HeldBackend()
     model = KokoroTTS(ModelConfig.load(), backend, VoiceStore(demo_model_dir / "voices", None))
     with model:
@@ -148,7 +153,9 @@ def test_synthesize_batch_is_one_engine_call(demo_model_dir: Path) -> None:
             backend.gate.set()
             results = call.result(30)
         busy.result(10)
-    assert backend.batches == [1, len(inputs)]
+    assert backend.batches[:4] == [1, 16, 16, 16]
+    assert max(backend.batches) == 16 and backend.batches[-1] == 1
+    assert sum(backend.batches) == 1 + len(inputs)
     for phonemes, result in zip(inputs, results, strict=True):
         assert len(result.audio) == 10 * (len(phonemes) + 2)
 
