@@ -1,13 +1,12 @@
 // The fp32 convs' planning helpers and kernels (cuBLAS-side im2col, taps,
 // epilogue, direct and pointwise kernels, col2im) and the depthwise
 // transposed conv into half rows.
-// Included by native/ops/conv.cu only: one translation unit, its declarations in order.
+// Included by native/ops/conv.cu only, after per_channel_grid.h.
 #pragma once
 
 namespace kokoro::ops {
 namespace {
 
-constexpr int kThreads = 256;
 constexpr int kMinGemmReduction = 16;  // Cin * K below this: the direct kernel
 constexpr int64_t kIm2colChunkFloats = int64_t(1) << 23;
 // Floats of the larger of acc [Cout, n] and win [Cin, ~n] per time chunk.
@@ -127,7 +126,7 @@ __global__ void conv1d_direct_kernel(const float* x, const float* w, const float
     y[i] = acc;
 }
 
-// Pointwise conv of few input channels (header comment): block = one
+// Pointwise conv of few input channels (conv.cu's header comment): block = one
 // 128-step time tile, warp w channels 16 w .. 16 w + 15 (then + 128, ...),
 // lane l steps l + 32 i; sums in input-channel order from the bias. stats
 // (may be null): each channel's partial over the tile (channel_stats.cuh).
@@ -246,15 +245,13 @@ __global__ void depthwise_transposed_half_rows_kernel(DepthwiseTransposedSource 
     write_half_rows(x, y, y_lo, C, x.Tout, [](int) { return [](float v) { return v; }; });
 }
 
-dim3 per_channel_grid(int C, int T) { return dim3(unsigned((T + kThreads - 1) / kThreads), unsigned(C)); }
-
 void launch_epilogue(const float* in, int ld_in, const float* b, const float* residual, float* y,
                      int C, int ld_y, int n, cudaStream_t stream) {
     launch_dependent(epilogue_kernel, per_channel_grid(C, n), dim3(kThreads), 0, stream,
                      "epilogue_kernel", in, ld_in, b, residual, y, ld_y, n);
 }
 
-// The per-tap path (header comment); scratch holds acc [Cout, n] then win [Cin, ldx].
+// The per-tap path (conv.cu's header comment); scratch holds acc [Cout, n] then win [Cin, ldx].
 void conv1d_taps(cublasHandle_t handle, const float* x, const float* w, const float* b, float* y,
                  int Cin, int Cout, int Tin, int Tout, int K, int pad, int dilation,
                  const float* residual, float* scratch, cudaStream_t stream, GemmMath math) {

@@ -1,10 +1,10 @@
 // The implicit-GEMM conv's mma.sync kernel (sm_80 on).
-// Included by native/ops/conv.cu only: one translation unit, its declarations in order.
+// Included after igemm_tiles.cuh by the kernels' translation units
+// (conv_igemm_*.cu).
 #pragma once
 
-namespace kokoro::ops {
+namespace kokoro::ops::igemm {
 namespace {
-namespace igemm {
 
 // ------------------------------------------------------------- mma.sync
 // A block computes 128 (Cout) x kTile (T) with 8 warps (64 x kTile / 4
@@ -97,6 +97,5 @@ __global__ void __launch_bounds__(kMmaThreads, 2) conv1d_mma_sync_kernel(const C
     }
 }
 
-}  // namespace igemm
 }  // namespace
-}  // namespace kokoro::ops
+}  // namespace kokoro::ops::igemm

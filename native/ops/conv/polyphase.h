@@ -1,5 +1,5 @@
 // A strided conv's polyphase form, shared by the weight relayout
-// (conv_relayout.cu) and the strided conv's call (conv.cu).
+// (conv_relayout.cu) and the strided conv's call (conv_tensor_core.cu).
 #pragma once
 
 namespace kokoro::ops {

@@ -1,5 +1,6 @@
-// Ops of native/ops/conv.cu: conv1d and transposed conv: fp32, tensor-core, strided and depthwise,
-// weight relayouts. Conventions: kokoro/ops.h.
+// Ops of native/ops/conv*.cu: conv1d and transposed conv: fp32 (conv.cu), tensor-core, strided
+// (conv_tensor_core.cu) and depthwise (conv.cu), weight relayouts (conv_relayout.cu).
+// Conventions: kokoro/ops.h.
 // (The family headers include each other in the order the families build on
 // one another: each holds the types the later ones use.)
 #pragma once
@@ -8,7 +9,7 @@
 
 namespace kokoro::ops {
 
-// ------------------------------------------------------------------ conv.cu
+// ----------------------------------------------------------------- conv*.cu
 // Host-side: a PyTorch conv weight [A, B, K] in the device layout [A, K, B]
 // (dst[a, k, i] = src[a, i, k]); dst must not overlap src.
 void conv_weight_to_device_layout(const float* src, float* dst, int64_t A, int B, int K);
