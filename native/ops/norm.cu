@@ -20,7 +20,7 @@
 // block per channel turns the partials into the channel's affine +
 // activation parameters (channel_apply.cuh), then a transposing pass 2
 // (half_rows.cuh) applies them; adain_apply stops before the pass, for a
-// conv that applies them as it loads its windows (conv.cu). Bodies move as
+// conv that applies them as it loads its windows (ops/conv/). Bodies move as
 // float4 from each row's first 16-byte boundary; heads and tails go scalar.
 #include <algorithm>
 #include <cmath>

@@ -3,7 +3,7 @@
 // mean, gain = (1 + gamma) / sqrt(var + eps) rounded once, then the
 // activation. norm.cu computes them from a tensor's statistics (a finalize
 // step per channel) and applies them in its passes; the tensor-core conv
-// (conv.cu) applies them itself to a raw FP16 input as it loads each window
+// (ops/conv/igemm_tiles.cuh) applies them itself to a raw FP16 input as it loads each window
 // (ops::HalfInput). mean, gain, shift and Snake's alpha are one 16-byte load:
 // the half-rows pass was issue bound on loading seven fields per element.
 #pragma once

@@ -6,7 +6,7 @@
 // computed in fp32, see warp_partials); AdaIN combines a
 // channel's partials in a fixed order (Chan et al.), so the result does not
 // depend on who wrote them or how finely. AdaIN's own first pass writes
-// them, and so does the tensor-core conv's epilogue for its output (conv.cu),
+// them, and so does the tensor-core conv's epilogue for its output (ops/conv/),
 // which spares that pass a full read of the tensor. Layout:
 // ops::ChannelPartials.
 #pragma once

@@ -1,5 +1,5 @@
 // FP16 time-major rows: the operand layout of the tensor-core convolution
-// (conv.cu, precision "fast"). A channels-first fp32 tensor x [C, T] becomes
+// (the tensor-core convs, precision "fast"). A channels-first fp32 tensor x [C, T] becomes
 // y [T, ld] in FP16 with ld = ops::half_rows_pitch(C) (a multiple of 8, so every
 // row starts 16-byte aligned) and columns C..ld-1 zero. Time-major because a
 // convolution tap then shifts whole rows: every tap's operand stays 16-byte

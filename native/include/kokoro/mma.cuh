@@ -1,4 +1,4 @@
-// Tensor-core building blocks shared by the FP16 kernels (conv.cu's
+// Tensor-core building blocks shared by the FP16 kernels (the tensor-core convs'
 // implicit-GEMM convs, linear.cu's split-operand linear): 16-byte cp.async
 // copies into shared memory, ldmatrix, and the m16n8k16 mma.sync (sm_80 and
 // newer); Hopper's wgmma (sm_90a device code only) with its shared-memory

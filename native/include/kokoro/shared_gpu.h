@@ -3,7 +3,7 @@
 // than for its own latency, with the same arithmetic (the same bits): its
 // kernels launch without programmatic dependencies (launch.cuh), the
 // tensor-core convs run a reduction that their plan splits over blocks
-// inside each block instead (conv.cu), and the AdaINs combine their
+// inside each block instead (conv_tensor_core.cu), and the AdaINs combine their
 // statistics partials a warp per channel, not a block (norm.cu). Host code
 // only.
 #pragma once

@@ -1,5 +1,5 @@
 // Host side of the TMA copies (mma.cuh has the device side): the tensor maps
-// of FP16 operands that conv.cu's and linear.cu's wgmma kernels take as
+// of FP16 operands that the tensor-core convs' (ops/conv/) and linear.cu's wgmma kernels take as
 // __grid_constant__ parameters, encoded by the driver's
 // cuTensorMapEncodeTiled.
 #pragma once
