@@ -101,15 +101,18 @@ class ChunkScheduler:
         max_queue: int = DEFAULT_MAX_QUEUE,
         gather_s: float = DEFAULT_GATHER_S,
         on_batch: BatchObserver | None = None,
+        lanes: int | None = None,
     ) -> None:
         batch = max_batch if max_batch is not None else DEFAULT_MAX_BATCH.get(backend.device, 1)
-        if batch < 1 or max_queue < 1 or gather_s < 0:
-            raise ValueError("max_batch and max_queue must be >= 1 and gather_s >= 0")
+        backend_lanes = max(1, int(getattr(backend, "lanes", 1)))
+        if batch < 1 or max_queue < 1 or gather_s < 0 or (lanes is not None and lanes < 1):
+            raise ValueError("max_batch, max_queue and lanes must be >= 1 and gather_s >= 0")
         self.backend = backend
         self.max_batch = batch
         self.max_queue = max_queue
         self.gather_s = gather_s
-        self.lanes = max(1, int(getattr(backend, "lanes", 1)))
+        self.lanes = backend_lanes if lanes is None else min(lanes, backend_lanes)
+        self._on_lanes = backend_lanes > 1  # forward_on_lane, else forward_batch
         self._on_batch = on_batch
         self._heap: list[_Entry] = []
         self._queued = 0  # entries in the heap not cancelled
@@ -238,7 +241,7 @@ class ChunkScheduler:
     def _forward(self, lane: int, group: list[_Entry], deterministic: bool) -> None:
         items = [(e.spec.input_ids, e.spec.ref_s, e.spec.speed, e.spec.seed) for e in group]
         try:
-            if self.lanes > 1:
+            if self._on_lanes:
                 outputs = self.backend.forward_on_lane(lane, items, deterministic=deterministic)
             else:
                 outputs = self.backend.forward_batch(items, deterministic=deterministic)

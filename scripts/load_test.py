@@ -15,7 +15,7 @@ per audio second (the encoders' cost shows as the difference between formats)
 and its RSS at start and end.
 
 It starts the server itself (``--model``/``--device``; ``--serial`` adds the
-same server with ``--max-batch 1``, one chunk on the model at a time, run in
+same server with ``--max-batch 1 --lanes 1``, one chunk on the model at a time, run in
 the same invocation) or targets ``--url``. Clients are spread over
 ``--client-procs`` processes so that reading 128 streams is not the limit.
 
@@ -429,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--precision", default="fp32")
     p.add_argument("--server-arg", action="append", default=[], help="extra kokoro-serve argument (repeat)")
     p.add_argument("--serial", action="store_true",
-                   help="also run the same server in one-at-a-time mode (--max-batch 1), side by side")
+                   help="also run the same server one request at a time (--max-batch 1 --lanes 1)")
     p.add_argument("--clients", default="1,8,32,64,128", help="comma-separated client counts")
     p.add_argument("--duration", type=float, default=20.0, help="seconds of load per client count")
     p.add_argument("--warmup", type=float, default=5.0, help="seconds of load before each mode, not counted")
@@ -459,7 +459,8 @@ def main(argv: list[str] | None = None) -> int:
 
     base = [] if args.url else ["--model", args.model, "--device", args.device,
                                 "--precision", args.precision, *args.server_arg]
-    modes = [("batched", base)] + ([("one-at-a-time", [*base, "--max-batch", "1"])] if args.serial else [])
+    serial = [*base, "--max-batch", "1", "--lanes", "1"]
+    modes = [("batched", base)] + ([("one-at-a-time", serial)] if args.serial else [])
     rows = []
     print(HEADER)
     print("|" + "---|" * 12)

@@ -269,6 +269,19 @@ def test_lanes_take_shrinking_shares_and_every_chunk_once():
     assert backend.most_active == 3
 
 
+def test_one_lane_runs_one_call_at_a_time():
+    """``lanes=1`` (a server's one-request-at-a-time mode): one worker, on the backend's lane 0."""
+    backend = LaneBackend()
+    with ChunkScheduler(backend, max_batch=1, lanes=1, gather_s=0) as scheduler:
+        assert scheduler.lanes == 1
+        futures = scheduler.submit_many([_spec(k + 1) for k in range(6)])
+        assert all(f.result(timeout=10).audio.size for f in futures)
+    assert backend.most_active == 1
+    assert backend.calls == [(0, [k + 1]) for k in range(6)]
+    with pytest.raises(ValueError):
+        ChunkScheduler(backend, lanes=0)
+
+
 def test_submit_many_is_all_or_none_against_the_queue_bound():
     backend = LaneBackend()
     for gate in backend.lane_gates:

@@ -45,7 +45,8 @@ def create_app(settings: ServerSettings, tts: KokoroTTS | None = None) -> FastAP
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         model = tts if tts is not None else await asyncio.to_thread(load_model, settings)
         scheduler = ChunkScheduler(model.backend, max_batch=settings.max_batch, max_queue=settings.max_queue,
-                                   gather_s=settings.gather_ms / 1000, on_batch=metrics.observe_batch)
+                                   gather_s=settings.gather_ms / 1000, on_batch=metrics.observe_batch,
+                                   lanes=settings.lanes)
         workers = settings.g2p_workers or worker_count()
         # Spawned, not forked: the parent runs threads (scheduler, encoders) that a fork would copy mid-state.
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
@@ -62,8 +63,8 @@ def create_app(settings: ServerSettings, tts: KokoroTTS | None = None) -> FastAP
             state = ServerState(settings, model, voices, scheduler, synthesizer, metrics)
             state.idle.set()
             app.state.kokoro = state
-            logger.info("kokoro_gpu: serving on %s (%s), %d chunks per batch, %d front-end workers",
-                        model.device, model.precision, scheduler.max_batch, workers)
+            logger.info("kokoro_gpu: serving on %s (%s), %d lanes of up to %d chunks, %d front-end workers",
+                        model.device, model.precision, scheduler.lanes, scheduler.max_batch, workers)
             yield
             # uvicorn has let in-flight streams finish (up to its graceful timeout) before this runs.
             state.draining = True

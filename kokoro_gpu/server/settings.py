@@ -33,10 +33,12 @@ class ServerSettings:
     max_body_bytes: int = 256 * 1024
     max_streams: int = 256
     request_timeout_s: float = 300.0
-    # Scheduling: chunks queued at most, chunks per backend batch (None: the device's default),
+    # Scheduling: chunks queued at most, chunks per backend call and calls at once (None: the device's
+    # defaults),
     # the idle gather window, and how many of a stream's chunks are queued ahead of the one playing.
     max_queue: int = 4096
     max_batch: int | None = None
+    lanes: int | None = None
     gather_ms: float = 2.0
     lookahead: int = 2
     # Text front-end processes (None: one per core) and their warm-up languages.
@@ -85,7 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="concurrent speech responses; more get 429 with Retry-After")
     p.add_argument("--max-queue", type=_positive_int, default=4096, help="chunks waiting for the model")
     p.add_argument("--max-batch", type=_positive_int, default=None,
-                   help="chunks per model call (1: one request at a time; default 64 on CUDA, 1 on CPU)")
+                   help="chunks per model call (default 16 on CUDA, 1 on CPU)")
+    p.add_argument("--lanes", type=_positive_int, default=None,
+                   help="model calls at once (default: the CUDA engine's lanes; --lanes 1 --max-batch 1: "
+                   "one request at a time)")
     p.add_argument("--gather-ms", type=float, default=2.0,
                    help="how long an idle model waits for more chunks to batch with the first")
     p.add_argument("--lookahead", type=_positive_int, default=2,
@@ -128,6 +133,7 @@ def settings_from_namespace(args: argparse.Namespace) -> ServerSettings:
         request_timeout_s=args.request_timeout,
         max_queue=args.max_queue,
         max_batch=args.max_batch,
+        lanes=args.lanes,
         gather_ms=args.gather_ms,
         lookahead=args.lookahead,
         g2p_workers=args.g2p_workers,
