@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kokoro/model.h"
@@ -215,9 +216,10 @@ float* Generator::source_branch(const Context& ctx, const float* har, int i, int
     check_length("noise_convs." + idx,
                  ops::conv1d_out_len(spec_frames, noise.kernel, noise.stride, noise.pad, 1),
                  s.t_out);
-    const ops::ChannelPartials source_stats = noise_convs_[size_t(i)](
-        ctx, har, source, spec_frames, nullptr, 1.f, Slot::kStatsNoiseConv);
-    run_resblock(ctx, noise_res_[size_t(i)], source, source, s.t_out, source_stats);
+    const GeneratorStage& stage = stages_[size_t(i)];
+    const ops::ChannelPartials source_stats =
+        stage.noise_conv(ctx, har, source, spec_frames, nullptr, 1.f, Slot::kStatsNoiseConv);
+    run_resblock(ctx, stage.noise_res, source, source, s.t_out, source_stats);
     ctx.mark("source branch " + idx + (ctx.tag[0] != '\0' ? " (side stream)" : ""));
     return source;
 }
@@ -255,24 +257,27 @@ Generator::Generator(const ModelConfig& cfg, const DeviceWeights& weights)
         const int c_in = i == 0 ? cfg.upsample_initial_channel : stage_channels(cfg, i - 1);
         const int c_out = stage_channels(cfg, i);
         const NoiseConv noise = noise_conv(cfg, i);
-        noise_convs_.emplace_back(weights, kGenerator + ".noise_convs." + idx,
-                                  ConvShape{cfg.n_fft + 2, c_out, noise.kernel}
-                                      .with_stride(noise.stride)
-                                      .with_pad(noise.pad));
-        noise_res_.emplace_back(weights, kGenerator + ".noise_res." + idx, c_out,
-                                last ? kLastNoiseResKernel : kNoiseResKernel,
-                                cfg.resblock_dilation_sizes[0]);
         const int rate = cfg.upsample_rates[size_t(i)];
         const int kernel = cfg.upsample_kernel_sizes[size_t(i)];
-        ups_.emplace_back(weights, kGenerator + ".ups." + idx,
-                          ConvShape{c_in, c_out, kernel}.with_stride(rate).with_pad(
-                              (kernel - rate) / 2));
+        std::vector<AdainResBlock1> resblocks;
         for (int j = 0; j < n_kernels; ++j) {
-            resblocks_.emplace_back(weights,
-                                    kGenerator + ".resblocks." + std::to_string(i * n_kernels + j),
-                                    c_out, cfg.resblock_kernel_sizes[size_t(j)],
-                                    cfg.resblock_dilation_sizes[size_t(j)]);
+            resblocks.emplace_back(weights,
+                                   kGenerator + ".resblocks." + std::to_string(i * n_kernels + j),
+                                   c_out, cfg.resblock_kernel_sizes[size_t(j)],
+                                   cfg.resblock_dilation_sizes[size_t(j)]);
         }
+        stages_.push_back(
+            {Conv1d(weights, kGenerator + ".noise_convs." + idx,
+                    ConvShape{cfg.n_fft + 2, c_out, noise.kernel}
+                        .with_stride(noise.stride)
+                        .with_pad(noise.pad)),
+             AdainResBlock1(weights, kGenerator + ".noise_res." + idx, c_out,
+                            last ? kLastNoiseResKernel : kNoiseResKernel,
+                            cfg.resblock_dilation_sizes[0]),
+             ConvTranspose1d(weights, kGenerator + ".ups." + idx,
+                             ConvShape{c_in, c_out, kernel}.with_stride(rate).with_pad(
+                                 (kernel - rate) / 2)),
+             std::move(resblocks)});
     }
 }
 
@@ -311,17 +316,18 @@ void Generator::operator()(const Context& ctx, const GeneratorSchedule& schedule
         // input's AdaIN needs them), as FP16 channels of its own (rounded
         // weights), which the blocks' first convs read raw at the last stage.
         const int reflect = s.t_out - s.t_up, pad = (kernel - rate) / 2;
-        const ConvTranspose1d& ups = ups_[size_t(i)];
+        const GeneratorStage& stage = stages_[size_t(i)];
         const bool half_in =
             ctx.fast && ops::conv_transpose1d_half_rows_stats_parts(
                             s.c_in, s.c_out, s.t_in, kernel, rate, pad, reflect,
-                            ups.plan_form()) > 0;
+                            stage.up.plan_form()) > 0;
         const ops::FloatOrHalf stage_in =
             half_in ? ops::FloatOrHalf(ctx.halves(Slot::kGeneratorStageIn,
                                                   ops::half_channels_values(s.c_out, s.t_out)))
                     : ops::FloatOrHalf(source);
-        const ops::ChannelPartials in_stats = ups(ctx, stage_x, stage_in, s.t_in, kStageSlope,
-                                                  reflect, source, Slot::kStatsStageIn);
+        const ops::ChannelPartials in_stats = stage.up(ctx, stage_x, stage_in, s.t_in,
+                                                       kStageSlope, reflect, source,
+                                                       Slot::kStatsStageIn);
         // stage_x is consumed: the blocks' outputs may take its buffers.
         // Mean of the stage's residual blocks, ((out0 + out1) + out2) / 3 in
         // block order either way (the same bits sequential or concurrent),
@@ -352,8 +358,8 @@ void Generator::operator()(const Context& ctx, const GeneratorSchedule& schedule
             const Context& block_ctx = schedule.block_contexts[size_t(i)][size_t(j)];
             if (concurrent && j > 0) block_ctx.wait_for(ctx);  // stage_in
             blocks.emplace_back(block_ctx.with_conv_streams(concurrent ? n_kernels : 1),
-                                resblocks_[size_t(i * n_kernels + j)], stage_in, outs[size_t(j)],
-                                s.t_out, in_stats);
+                                stage.resblocks[size_t(j)], stage_in, outs[size_t(j)], s.t_out,
+                                in_stats);
         }
         if (concurrent) {  // in step order across the blocks
             int steps = 0;

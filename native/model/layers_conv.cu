@@ -66,7 +66,8 @@ ops::ChannelPartials Conv1d::operator()(const Context& ctx, ops::ScaledSum x, fl
     const int stride = shape_.stride, pad = shape_.pad, dilation = shape_.dilation;
     const int groups = shape_.groups;
     if (path_ == Path::kStrided) {
-        __half* rows = ctx.half_rows(c_in, ops::conv1d_strided_input_rows(t_in, stride), half_.form);
+        __half* rows =
+            ctx.half_rows(c_in, ops::conv1d_strided_input_rows(t_in, stride), half_.form);
         ops::to_half_rows(x, rows, c_in, t_in, half_.form, ctx.stream, leaky_slope);
         float* scratch = ctx.op_scratch(ops::conv1d_strided_half_rows_scratch_floats(
             c_in, c_out, t_in, kernel, stride, pad, ctx.conv_streams));

@@ -274,7 +274,6 @@ class BiLstm {
 public:
     BiLstm(const DeviceWeights& weights, const std::string& prefix);
     void operator()(const Context& ctx, const float* x, float* out, int T) const;
-    int hidden() const { return lstm_.hidden; }
 
 private:
     std::string name_;

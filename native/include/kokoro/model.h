@@ -197,9 +197,18 @@ private:
     std::vector<Layer> layers_;
 };
 
-// iSTFTNet generator: the harmonic-plus-noise source and its STFT, then per
-// upsampling stage the source branch (noise conv + AdaINResBlock1), the
-// upsampler and the stage's AdaINResBlock1s; conv_post and the inverse STFT.
+// One upsampling stage of the generator: its source branch (the noise conv
+// on the source STFT, then an AdaINResBlock1), its upsampler and its
+// AdaINResBlock1s (one per resblock kernel size).
+struct GeneratorStage {
+    Conv1d noise_conv;
+    AdainResBlock1 noise_res;
+    ConvTranspose1d up;
+    std::vector<AdainResBlock1> resblocks;
+};
+
+// iSTFTNet generator: the harmonic-plus-noise source and its STFT, the
+// upsampling stages, then conv_post and the inverse STFT.
 class Generator {
 public:
     Generator(const ModelConfig& cfg, const DeviceWeights& weights);
@@ -219,10 +228,7 @@ private:
     float* source_branch(const Context& ctx, const float* har, int i, int F) const;
     ModelConfig cfg_;
     const float *source_linear_w_, *source_linear_b_;
-    std::vector<Conv1d> noise_convs_;
-    std::vector<AdainResBlock1> noise_res_;
-    std::vector<ConvTranspose1d> ups_;
-    std::vector<AdainResBlock1> resblocks_;  // stage i's block j at i * kernels + j
+    std::vector<GeneratorStage> stages_;
     Conv1d conv_post_;
 };
 
