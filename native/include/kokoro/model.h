@@ -20,8 +20,35 @@
 namespace kokoro {
 
 // ------------------------------------------------------------- albert.cu
+// ALBERT's transformer layer on h [T, hidden] in place: attention (query,
+// key and value from one stacked linear) and its output projection, a
+// LayerNorm, the feed-forward pair (GELU between), a LayerNorm.
+class AlbertLayer {
+public:
+    AlbertLayer(const ModelConfig& cfg, const DeviceWeights& weights, const std::string& prefix);
+    // The buffers a pass over `tokens` uses (ALBERT's workspace slots, taken
+    // once for all of its layers), and whether every utterance's attention
+    // runs split (split_attention).
+    struct Buffers {
+        float *qkv = nullptr, *attended = nullptr, *scores = nullptr, *ffn = nullptr;
+        __half* attention_halves = nullptr;
+        bool all_split = true;
+    };
+    Buffers buffers(const Context& ctx, const UtteranceRows& tokens) const;
+    void operator()(const Context& ctx, const UtteranceRows& tokens, float* h,
+                    const Buffers& b) const;
+
+private:
+    // Whether an utterance of `positions` runs its attention on split FP16
+    // operands (ops::attention_split_half).
+    bool split_attention(int positions) const;
+    int hid_, inter_, heads_;
+    Linear qkv_, dense_, ffn_, ffn_output_;
+    const float *attention_norm_w_, *attention_norm_b_, *full_norm_w_, *full_norm_b_;
+};
+
 // ALBERT: embeddings, their LayerNorm and mapping to the hidden size, then
-// ONE shared transformer layer applied bert_layers times.
+// ONE shared AlbertLayer applied bert_layers times.
 class Albert {
 public:
     Albert(const ModelConfig& cfg, const DeviceWeights& weights);
@@ -31,13 +58,10 @@ public:
                     float* out) const;
 
 private:
-    int emb_, hid_, inter_, heads_, layers_;
+    int emb_, hid_, layers_;
     const float *word_, *position_, *token_type_, *embedding_norm_w_, *embedding_norm_b_;
     Linear mapping_in_;
-    // The shared layer: attention (query, key, value stacked), its output
-    // projection and LayerNorm, the feed-forward pair and its LayerNorm.
-    Linear qkv_, dense_, ffn_, ffn_output_;
-    const float *attention_norm_w_, *attention_norm_b_, *full_norm_w_, *full_norm_b_;
+    AlbertLayer layer_;
 };
 
 // ------------------------------------------------------- text_encoder.cu
