@@ -259,6 +259,21 @@ def test_missing_weight_is_a_checkpoint_error(config: ModelConfig, weights: dict
         )
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fast"])
+def test_weights_are_checked_when_the_engine_is_built(
+    config: ModelConfig, weights: dict[str, np.ndarray], precision: str
+) -> None:
+    # The model's layers resolve their weights once, as the engine is built: a weight that only the
+    # generator reads, missing, or one of the wrong size fails there, before any input is given.
+    missing = {k: v for k, v in weights.items() if k != "decoder.generator.resblocks.0.alpha1.0"}
+    with pytest.raises(CheckpointError, match=r"resblocks\.0\.alpha1\.0"):
+        CUDABackend(config, missing, precision)
+    misshapen = dict(weights)
+    misshapen["text_encoder.cnn.0.1.gamma"] = weights["text_encoder.cnn.0.1.gamma"][:-1]
+    with pytest.raises(CheckpointError, match=r"cnn\.0\.1\.gamma.* holds"):
+        CUDABackend(config, misshapen, precision)
+
+
 def test_cuda_unavailable_is_a_backend_error(
     config: ModelConfig, weights: dict[str, np.ndarray], monkeypatch: pytest.MonkeyPatch
 ) -> None:

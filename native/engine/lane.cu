@@ -96,6 +96,7 @@ Lane::Lane(const ModelConfig& cfg, const DeviceWeights& weights, Precision preci
     : cfg_(cfg),
       weights_(weights),
       precision_(precision),
+      model_(cfg, weights),
       stft_(cfg.n_fft, cfg.hop),
       audio_pool_(std::move(audio_pool)) {
     // The critical path first: every stream but the side stream gets the
@@ -165,9 +166,7 @@ Lane::~Lane() {
 }
 
 Context Lane::context(int stream, bool fast, Trace* trace) {
-    return Context{cfg_,
-                   weights_,
-                   ws_,
+    return Context{ws_,
                    blas_[stream].get(),
                    streams_[stream].get(),
                    events_[stream].get(),
@@ -246,26 +245,25 @@ void Lane::token_pass(const Context& ctx, const Context& side, const int32_t* id
             }
         }
     }
-    albert_forward(ctx, ids, tokens, out.bert);
+    model_.albert(ctx, ids, tokens, out.bert);
     ctx.mark("style projections, ALBERT");
     ctx.record("bert", out.bert, {rows, cfg_.bert_hidden});
     // The text encoder (needed by the frame phase) beside the duration
     // path, whose serial LSTMs leave most SMs free, rather than beside
     // ALBERT's GEMMs, which its LSTM's 32 SMs slowed.
     side.wait_for(ctx);
-    text_encoder_forward(side, ids, tokens, out.t_en);
+    model_.text_encoder(side, ids, tokens, out.t_en);
     side.mark("text encoder (side stream)");
-    ctx.with_utterance_rows(tokens).linear("bert_encoder", out.bert, out.d_en_rows, rows,
-                                           cfg_.bert_hidden, hid);
+    model_.bert_encoder(ctx.with_utterance_rows(tokens), out.bert, out.d_en_rows, rows);
     if (ctx.trace != nullptr) {
         float* d_en = ctx.floats(Slot::kTraceDEn, int64_t(hid) * rows);
         ops::transpose(out.d_en_rows, d_en, rows, hid, ctx.stream);
         ctx.record("d_en", d_en, {hid, rows});
     }
-    duration_encoder_forward(ctx, tokens, styles, out.d_en_rows, out.d);
+    model_.predictor.duration_encoder(ctx, tokens, styles, out.d_en_rows, out.d);
     ctx.mark("bert_encoder, duration encoder");
     ctx.record("d", out.d, {rows, hid + sd});
-    duration_head_forward(ctx, tokens, out.d, out.dur_lstm, out.logits);
+    model_.predictor.duration_head(ctx, tokens, out.d, out.dur_lstm, out.logits);
     ctx.mark("duration head");
     ctx.record("dur_lstm", out.dur_lstm, {rows, hid});
     ctx.wait_for(side);
@@ -352,7 +350,7 @@ void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
             ops::expand_frame_rows(d + row * width, frame_token + frame, en_rows + frame * width,
                                    width, frame_rows.length(int(i)), main);
         }
-        shared_lstm_forward(ctx, frame_rows, en_rows, shared_rows);
+        model_.predictor.shared_lstm(ctx, frame_rows, en_rows, shared_rows);
     });
 
     // Each utterance's frame phase, from its token and prefix outputs moved
@@ -485,7 +483,7 @@ ForwardResult Lane::frames(const Utterance& u, std::vector<int32_t> durations, T
                 ops::transpose(en_rows, en, F, width, main);
                 ctx.record("en", en, {width, F});
             }
-            shared_lstm_forward(ctx, UtteranceRows(F), en_rows, shared_rows);
+            model_.predictor.shared_lstm(ctx, UtteranceRows(F), en_rows, shared_rows);
         }
         ctx.mark("alignment, shared LSTM");
         ctx.record("shared_lstm", shared_rows, {F, hid});
@@ -493,21 +491,22 @@ ForwardResult Lane::frames(const Utterance& u, std::vector<int32_t> durations, T
         const Context resblocks[kResblockStreams] = {
             context(2, fast(ModelPart::kGenerator), trace),
             context(3, fast(ModelPart::kGenerator), trace)};
-        f0n_forward(ctx, side.with_fast(prosody_fast), resblocks[0].with_fast(prosody_fast),
-                    resblocks[1].with_fast(prosody_fast), shared_rows, F, f0, n);
+        model_.predictor.f0n(ctx, side.with_fast(prosody_fast),
+                             resblocks[0].with_fast(prosody_fast),
+                             resblocks[1].with_fast(prosody_fast), shared_rows, F, f0, n);
         ctx.record("F0", f0, {2 * F});
         ctx.record("N", n, {2 * F});
         ctx.record("t_en", t_en, {hid, T});
         side.wait_for(ctx);  // f0
-        const float* har = generator_source(side, stft, f0, F, u.deterministic, seed);
+        const float* har = model_.generator.source(side, stft, f0, F, u.deterministic, seed);
         side.mark("harmonic source, STFT (side stream)");
         const Context decoder = ctx.with_fast(fast(ModelPart::kDecoder));
-        decoder_forward(decoder, resblocks[0].with_fast(fast(ModelPart::kDecoder)), t_en,
-                        frame_token, T, F, f0, n, dec_out);
+        model_.decoder(decoder, resblocks[0].with_fast(fast(ModelPart::kDecoder)), t_en,
+                       frame_token, T, F, f0, n, dec_out);
         decoder.mark("decoder");
         const Context generator = ctx.with_fast(fast(ModelPart::kGenerator));
-        generator_forward(generator, generator_schedule(generator, side, resblocks, F), stft,
-                          dec_out, har, F, audio);
+        model_.generator(generator, generator_schedule(generator, side, resblocks, F), stft,
+                         dec_out, har, F, audio);
         generator.mark("conv_post, iSTFT");
     });
 

@@ -12,6 +12,8 @@
 // lstm_recurrence), the AdaLayerNorms and the duration projection per
 // utterance with its own style: every utterance's bits are those of its own
 // call.
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kokoro/model.h"
@@ -22,11 +24,40 @@ namespace {
 constexpr float kAdaLayerNormEps = 1e-5f;
 }  // namespace
 
-void duration_encoder_forward(const Context& ctx, const UtteranceRows& tokens,
-                              const std::vector<UtteranceStyle>& styles, const float* d_en_rows,
-                              float* d) {
-    const int hid = ctx.cfg.hidden_dim;
-    const int sd = ctx.cfg.style_dim;
+ProsodyPredictor::Stack ProsodyPredictor::stack(const ModelConfig& cfg,
+                                                const DeviceWeights& weights,
+                                                const std::string& name) {
+    const int hid = cfg.hidden_dim, half = hid / 2;
+    const std::string p = "predictor." + name;
+    std::vector<AdainResBlk1d> blocks;
+    blocks.emplace_back(weights, p + ".0", hid, hid, false);
+    blocks.emplace_back(weights, p + ".1", hid, half, true);
+    blocks.emplace_back(weights, p + ".2", half, half, false);
+    return {std::move(blocks), Conv1d(weights, p + "_proj", ConvShape{half, 1, 1})};
+}
+
+ProsodyPredictor::ProsodyPredictor(const ModelConfig& cfg, const DeviceWeights& weights)
+    : hid_(cfg.hidden_dim),
+      style_dim_(cfg.style_dim),
+      max_dur_(cfg.max_dur),
+      duration_lstm_(weights, "predictor.lstm"),
+      duration_proj_(weights, "predictor.duration_proj.linear_layer", hid_, max_dur_),
+      shared_(weights, "predictor.shared"),
+      f0_(stack(cfg, weights, "F0")),
+      n_(stack(cfg, weights, "N")) {
+    for (int i = 0; i < cfg.n_layer; ++i) {
+        const std::string lstms = "predictor.text_encoder.lstms.";
+        encoder_.push_back({BiLstm(weights, lstms + std::to_string(2 * i)),
+                            StyleProjection(weights, lstms + std::to_string(2 * i + 1) + ".fc",
+                                            hid_)});
+    }
+}
+
+void ProsodyPredictor::duration_encoder(const Context& ctx, const UtteranceRows& tokens,
+                                        const std::vector<UtteranceStyle>& styles,
+                                        const float* d_en_rows, float* d) const {
+    const int hid = hid_;
+    const int sd = style_dim_;
     const int width = hid + sd;
     const int rows = tokens.rows();
     const int longest = tokens.longest();
@@ -44,14 +75,11 @@ void duration_encoder_forward(const Context& ctx, const UtteranceRows& tokens,
 
     const Context stacked = ctx.with_utterance_rows(tokens);
     float* lstm_out = ctx.floats(Slot::kProsodyEncoderLstm, int64_t(rows) * hid);
-    for (int i = 0; i < ctx.cfg.n_layer; ++i) {
-        const std::string lstm = "predictor.text_encoder.lstms." + std::to_string(2 * i);
-        const std::string norm_fc =
-            "predictor.text_encoder.lstms." + std::to_string(2 * i + 1) + ".fc";
-        stacked.lstm(lstm, d, lstm_out, rows);
+    for (const EncoderLayer& layer : encoder_) {
+        layer.lstm(stacked, d, lstm_out, rows);
         for (int u = 0; u < tokens.count(); ++u) {
             const int64_t row = tokens.offset(u);
-            const float* gamma_beta = ctx.with_style(styles[u]).style(norm_fc, hid);
+            const float* gamma_beta = layer.norm(ctx.with_style(styles[u]));
             ops::layer_norm_rows(lstm_out + row * hid, d + row * width, tokens.length(u), hid,
                                  nullptr, nullptr, gamma_beta, gamma_beta + hid,
                                  kAdaLayerNormEps, ctx.stream, nullptr, width);
@@ -59,25 +87,25 @@ void duration_encoder_forward(const Context& ctx, const UtteranceRows& tokens,
     }
 }
 
-void duration_head_forward(const Context& ctx, const UtteranceRows& tokens, const float* d,
-                           float* dur_lstm, float* logits) {
-    const int hid = ctx.cfg.hidden_dim;
-    ctx.with_utterance_rows(tokens).lstm("predictor.lstm", d, dur_lstm, tokens.rows());
+void ProsodyPredictor::duration_head(const Context& ctx, const UtteranceRows& tokens,
+                                     const float* d, float* dur_lstm, float* logits) const {
+    const int hid = hid_;
+    duration_lstm_(ctx.with_utterance_rows(tokens), d, dur_lstm, tokens.rows());
     for (int u = 0; u < tokens.count(); ++u) {
         const int64_t row = tokens.offset(u);
-        ctx.linear("predictor.duration_proj.linear_layer", dur_lstm + row * hid,
-                   logits + row * ctx.cfg.max_dur, tokens.length(u), hid, ctx.cfg.max_dur);
+        duration_proj_(ctx, dur_lstm + row * hid, logits + row * max_dur_, tokens.length(u));
     }
 }
 
-void shared_lstm_forward(const Context& ctx, const UtteranceRows& frames, const float* en_rows,
-                         float* shared_rows) {
-    ctx.with_utterance_rows(frames).lstm("predictor.shared", en_rows, shared_rows, frames.rows());
+void ProsodyPredictor::shared_lstm(const Context& ctx, const UtteranceRows& frames,
+                                   const float* en_rows, float* shared_rows) const {
+    shared_(ctx.with_utterance_rows(frames), en_rows, shared_rows, frames.rows());
 }
 
-void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_shortcuts,
-                 const Context& n_shortcuts, const float* shared_rows, int F, float* f0, float* n) {
-    const int hid = ctx.cfg.hidden_dim;
+void ProsodyPredictor::f0n(const Context& ctx, const Context& n_ctx, const Context& f0_shortcuts,
+                           const Context& n_shortcuts, const float* shared_rows, int F, float* f0,
+                           float* n) const {
+    const int hid = hid_;
     const int half = hid / 2;
 
     float* shared = ctx.floats(Slot::kProsodyShared, int64_t(hid) * F);
@@ -88,19 +116,19 @@ void f0n_forward(const Context& ctx, const Context& n_ctx, const Context& f0_sho
     const struct {
         const Context& ctx;
         const Context& shortcuts;
-        const char* name;
+        const Stack& stack;
         float* out;
-    } stacks[] = {{ctx, f0_shortcuts, "F0", f0}, {n_ctx, n_shortcuts, "N", n}};
+    } stacks[] = {{ctx, f0_shortcuts, f0_, f0}, {n_ctx, n_shortcuts, n_, n}};
     for (const auto& stack : stacks) {
         const Context& sc = stack.ctx;
-        const std::string p = std::string("predictor.") + stack.name;
+        const std::vector<AdainResBlk1d>& blocks = stack.stack.blocks;
         float* a = sc.floats(Slot::kProsodyStackA, int64_t(hid) * F);
         float* b = sc.floats(Slot::kProsodyStackB, int64_t(half) * 2 * F);
         float* c = sc.floats(Slot::kProsodyStackC, int64_t(half) * 2 * F);
-        adain_res_blk1d(sc, stack.shortcuts, p + ".0", shared, hid, hid, F, false, a);
-        adain_res_blk1d(sc, stack.shortcuts, p + ".1", a, hid, half, F, true, b);
-        adain_res_blk1d(sc, stack.shortcuts, p + ".2", b, half, half, 2 * F, false, c);
-        sc.conv1d(p + "_proj", c, stack.out, ConvShape{half, 1, 2 * F, 1});
+        blocks[0](sc, stack.shortcuts, shared, F, a);
+        blocks[1](sc, stack.shortcuts, a, F, b);
+        blocks[2](sc, stack.shortcuts, b, 2 * F, c);
+        stack.stack.proj(sc, c, stack.out, 2 * F);
     }
     ctx.wait_for(n_ctx);
     ctx.mark("F0 || N stacks");

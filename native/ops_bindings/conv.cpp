@@ -100,7 +100,7 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
 }
 
 // Fast precision's 1x1 block shortcuts of the decoder and the N stack
-// (Context::conv1x1_half): x [Cin, T] rounded into half rows, w [Cout, Cin,
+// (Conv1d::to_half_channels): x [Cin, T] rounded into half rows, w [Cout, Cin,
 // 1] as the engine uploads it, the tensor-core conv at K = 1 into FP16
 // channels; y [Cout, T] as their values.
 py::array_t<float> conv1x1_half(const FloatArray& x, const FloatArray& w) {

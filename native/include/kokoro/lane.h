@@ -177,6 +177,8 @@ private:
     const ModelConfig& cfg_;
     const DeviceWeights& weights_;
     Precision precision_;
+    // The model's parts, built from the weights when the lane is made.
+    const Model model_;
     // Whether `part`'s contexts run fast (the precision plan's part table).
     bool fast(ModelPart part) const { return part_runs_fast(part, precision_); }
     // Declared in teardown order: later members go first.
