@@ -66,6 +66,7 @@ Engine::Engine(const ModelConfig& config, const HostWeights& weights, int device
         int(std::clamp<size_t>(prop.totalGlobalMem / kBytesPerLane, kMinLanes, kMaxLanes));
     weights_ = std::make_unique<DeviceWeights>(weights, cfg_.style_dim, precision_,
                                                generator_strided_convs(cfg_));
+    model_ = std::make_unique<const Model>(cfg_, *weights_);
     lane(0);
 }
 
@@ -74,7 +75,7 @@ Engine::~Engine() = default;  // the lanes drain their streams
 Lane& Engine::lane(size_t index) {
     const std::lock_guard<std::mutex> lock(lanes_mutex_);
     if (!lanes_[index]) {
-        lanes_[index] = std::make_unique<Lane>(cfg_, *weights_, precision_, audio_pool_);
+        lanes_[index] = std::make_unique<Lane>(cfg_, *weights_, *model_, precision_, audio_pool_);
     }
     return *lanes_[index];
 }

@@ -91,12 +91,12 @@ constexpr int64_t kConcurrentResblockValues = int64_t(256) * 9800;
 
 }  // namespace
 
-Lane::Lane(const ModelConfig& cfg, const DeviceWeights& weights, Precision precision,
-           std::shared_ptr<PinnedPool> audio_pool)
+Lane::Lane(const ModelConfig& cfg, const DeviceWeights& weights, const Model& model,
+           Precision precision, std::shared_ptr<PinnedPool> audio_pool)
     : cfg_(cfg),
       weights_(weights),
       precision_(precision),
-      model_(cfg, weights),
+      model_(model),
       stft_(cfg.n_fft, cfg.hop),
       audio_pool_(std::move(audio_pool)) {
     // The critical path first: every stream but the side stream gets the

@@ -55,6 +55,7 @@ struct Utterance {
 };
 
 class Lane;
+struct Model;
 
 // `precision`: what runs in which form is the precision plan's
 // (precision_plan.h).
@@ -122,6 +123,7 @@ private:
     std::array<std::mutex, kMaxLanes> lane_mutexes_;  // a lane runs one call at a time
     std::atomic<int> busy_lanes_{0};  // lanes running work now (whether the GPU is shared)
     std::unique_ptr<DeviceWeights> weights_;
+    std::unique_ptr<const Model> model_;  // the layers, built once from weights_
     std::shared_ptr<PinnedPool> audio_pool_ = std::make_shared<PinnedPool>();
     std::array<std::unique_ptr<Lane>, kMaxLanes> lanes_;  // destroyed first: they drain their streams
 };

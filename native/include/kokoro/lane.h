@@ -116,8 +116,8 @@ private:
 
 class Lane {
 public:
-    Lane(const ModelConfig& cfg, const DeviceWeights& weights, Precision precision,
-         std::shared_ptr<PinnedPool> audio_pool);
+    Lane(const ModelConfig& cfg, const DeviceWeights& weights, const Model& model,
+         Precision precision, std::shared_ptr<PinnedPool> audio_pool);
     ~Lane();
     Lane(const Lane&) = delete;
     Lane& operator=(const Lane&) = delete;
@@ -177,8 +177,8 @@ private:
     const ModelConfig& cfg_;
     const DeviceWeights& weights_;
     Precision precision_;
-    // The model's parts, built from the weights when the lane is made.
-    const Model model_;
+    // The model's parts (the engine's, shared by its lanes).
+    const Model& model_;
     // Whether `part`'s contexts run fast (the precision plan's part table).
     bool fast(ModelPart part) const { return part_runs_fast(part, precision_); }
     // Declared in teardown order: later members go first.
