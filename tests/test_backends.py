@@ -54,6 +54,7 @@ class FakeEngine:
     """Records the calls the CUDA backend makes; returns silence."""
 
     calls: ClassVar[list[dict[str, Any]]] = []
+    batch_lanes = 4
 
     def __init__(
         self, config: dict[str, Any], weights: dict[str, np.ndarray], device: int, precision: str = "fp32"
@@ -302,6 +303,7 @@ def test_usable_cuda_gives_the_cuda_backend(monkeypatch: pytest.MonkeyPatch, con
     backend = backends.create_backend("auto", config, {})
     assert isinstance(backend, backends.CUDABackend)
     assert backend.device == "cuda" and backend.device_index == 1 and backend.device_name == "NVIDIA H200"
+    assert backend.lanes == 4, "the scheduler runs a worker per engine lane"
     assert backend._engine.config["plbert"]["hidden_size"] == 768
 
 

@@ -137,10 +137,20 @@ void Stft::destroy_plans() {
     plans_.clear();
 }
 
+void Stft::wait_for_streams() const {
+    for (cudaStream_t stream : streams_) KOKORO_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void Stft::note_stream(cudaStream_t stream) {
+    if (std::find(streams_.begin(), streams_.end(), stream) == streams_.end()) {
+        streams_.push_back(stream);
+    }
+}
+
 void Stft::reserve(int frames) {
     const int bins = n_fft_ / 2 + 1;
     if (frames > capacity_frames_) {
-        KOKORO_CUDA_CHECK(cudaDeviceSynchronize());  // queued work may read the old scratch
+        wait_for_streams();  // queued work may read the old scratch
         KOKORO_CUDA_CHECK(cudaFree(frames_buf_));
         KOKORO_CUDA_CHECK(cudaFree(spectrum_buf_));
         frames_buf_ = nullptr;
@@ -154,7 +164,7 @@ void Stft::reserve(int frames) {
     }
     if (plans_.count(frames) != 0) return;
     if (plans_.size() == kMaxPlans) {
-        KOKORO_CUDA_CHECK(cudaDeviceSynchronize());  // queued work may use a plan
+        wait_for_streams();  // queued work may use a plan
         destroy_plans();
     }
     Plans made;
@@ -177,6 +187,7 @@ void Stft::forward(const float* x, int n, float* out, cudaStream_t stream) {
     const int nframes = frames(n);
     const int bins = n_fft_ / 2 + 1;
     reserve(nframes);
+    note_stream(stream);
     const cufftHandle plan = plans_.at(nframes).forward;
     launch_dependent(frame_window_kernel, dim3(blocks_for(int64_t(nframes) * n_fft_)),
                      dim3(kThreads), 0, stream, "frame_window_kernel", x, n, window_, n_fft_, hop_,
@@ -193,6 +204,7 @@ void Stft::inverse_from_logits(const float* logits, int nframes, float* audio,
     if (nframes < 2) return;  // hop * (frames - 1) samples: nothing to write
     const int bins = n_fft_ / 2 + 1;
     reserve(nframes);
+    note_stream(stream);
     const cufftHandle plan = plans_.at(nframes).inverse;
     // kThreads frames a block, fewer where their bins outgrow the default
     // shared memory.

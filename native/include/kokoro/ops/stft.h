@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <vector>
 
 #include "kokoro/ops/attention.h"
 
@@ -25,9 +26,10 @@ public:
     // inverse call it too), so that a graph capture that follows finds them.
     // A plan per frame count is kept (up to kMaxPlans) and the scratch only
     // grows, so that a call for a length already planned neither waits nor
-    // frees: work queued on any stream may still use them. Growing the
-    // scratch, or dropping the plans when there are kMaxPlans, waits for the
-    // device first.
+    // frees: work queued on its streams may still use them. Growing the
+    // scratch, or dropping the plans when there are kMaxPlans, first waits
+    // for the streams this object's work went to (not the device: another
+    // lane's thread may be capturing a graph).
     void reserve(int frames);
     // Forward: magnitude and phase of x [n], n > n_fft / 2 (reflect padding).
     void forward(const float* x, int n, float* out, cudaStream_t stream);
@@ -43,7 +45,10 @@ private:
         cufftHandle forward = 0, inverse = 0;
     };
     void destroy_plans();
+    void wait_for_streams() const;
+    void note_stream(cudaStream_t stream);
     int n_fft_, hop_, capacity_frames_ = 0;
+    std::vector<cudaStream_t> streams_;    // that forward / inverse enqueued work on
     std::map<int, Plans> plans_;           // by frame count
     float* window_ = nullptr;              // device [n_fft]
     float* frames_buf_ = nullptr;          // device [capacity_frames_, n_fft]
