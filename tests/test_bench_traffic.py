@@ -145,9 +145,12 @@ def test_synthesize_batch_spreads_its_chunks_over_the_lanes(demo_model_dir: Path
         inputs = [HI * (1 + i % 5) for i in range(300)]
         with ThreadPoolExecutor(1) as pool:
             call = pool.submit(model.synthesize_batch, inputs, voice="af_heart", seed=1)
+            # Every chunk in the scheduler: queued, or taken by the free lanes (held at the gate).
             deadline = time.monotonic() + 30
             while (
-                model.scheduler.queue_depth < len(inputs) and not call.done() and time.monotonic() < deadline
+                model.scheduler.queue_depth + model.scheduler.running < 1 + len(inputs)
+                and not call.done()
+                and time.monotonic() < deadline
             ):
                 time.sleep(0.01)
             backend.gate.set()
