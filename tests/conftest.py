@@ -9,7 +9,12 @@ Markers:
 
 Fixtures: ``cuda`` (the probed :class:`~kokoro_gpu.backends.CudaState`, one
 probe per session) and ``demo_model_dir`` (a random-weights model directory,
-written once per session).
+written once per worker session).
+
+Parallel runs: pyproject's addopts run the suite on pytest-xdist workers
+(``-n auto --dist loadfile``: each file on one worker, so module fixtures such as
+a server or a Ray cluster are built once). :func:`pytest_xdist_auto_num_workers`
+picks how many; ``-n 0`` runs everything in this process.
 """
 
 from __future__ import annotations
@@ -20,6 +25,25 @@ from pathlib import Path
 import pytest
 
 from kokoro_gpu.backends import CudaState, cuda_state
+
+# `-n auto` workers at most: past this the longest test files, not the cores, set the wall time.
+MAX_WORKERS = 4
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Workers for ``-n auto``: one per CPU this process may use (xdist's own default counts
+    physical cores, one on a two-vCPU machine), at most MAX_WORKERS. None (all in this process)
+    under ``-s``, whose prints workers would swallow, and for a run of one file, which
+    ``--dist loadfile`` gives to a single worker anyway."""
+    if config.option.capture == "no":
+        return 0
+    files = {arg.split("::")[0] for arg in config.args}
+    if len(files) == 1 and Path(next(iter(files))).is_file():
+        return 0
+    from kokoro_gpu.ops.parallel import worker_count
+
+    return min(MAX_WORKERS, worker_count())
 
 
 def pytest_configure(config: pytest.Config) -> None:
