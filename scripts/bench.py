@@ -44,24 +44,19 @@ PyTorch (on the device machine: ``kokoro`` and ``loguru`` wheels in .whl)::
 (``--model``), the onnxruntime int8 and PyTorch CPU peers beside kokoro_gpu, cases
 ``short``, ``long`` and ``ttfa`` (time to first audio of ``stream()``). Smoke test:
 ``python3 scripts/bench.py --device cpu --no-torch --no-ort --cases short --repeats 1 --warmup 0``.
+
+The instruments (call timing, power sampler, matrix-product peaks, generator FLOPs, LSTM probe)
+are in ``scripts/bench_measure.py``; the PyTorch and onnxruntime peers in ``scripts/bench_peers.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
 import re
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 import traceback
-import types
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -72,9 +67,22 @@ import numpy as np
 from kokoro_gpu import backends
 from kokoro_gpu.checkpoint import fold_official
 from kokoro_gpu.config import SAMPLE_RATE, ModelConfig
-from kokoro_gpu.layout import folded_layout
 from kokoro_gpu.random_weights import random_checkpoint, random_voice_pack
 from kokoro_gpu.tokens import phonemes_to_ids
+
+# The sibling modules: on sys.path already when this file runs as a script, not when it is loaded
+# by its path (tests/script_modules.py).
+sys.path.append(str(Path(__file__).resolve().parent))
+from bench_measure import (
+    PowerSampler,
+    device_used_bytes,
+    generator_flops,
+    lstm_probe,
+    measure_peaks,
+    no_sync,
+    time_calls,
+)
+from bench_peers import GeneratorTimer, build_torch_model, import_torch
 
 CASES = {"short": 30, "medium": 157, "long": 500}
 CPU_CASES = ("short", "long", "ttfa")  # scripts/bench_cpu.py
@@ -86,8 +94,6 @@ ISSUE_AUDIO_S = {"short": 2.35, "medium": 11.9, "long": 30.7}
 SAMPLES_PER_FRAME = 600
 # Phoneme strings: "words" of 2..6 vocab letters (IPA included) drawn with this seed.
 PHONEME_SEED = 1234
-KOKORO_REPO_ID = "hexgrad/Kokoro-82M"
-PEAK_MATMUL_N = 8192
 # Phase breakdowns by precision and case: [(mark, median ms since the start)] in time order.
 Phases = dict[str, dict[str, list[tuple[str, float]]]]
 
@@ -130,132 +136,7 @@ def calibrate_speeds(
         u.speed = float(np.sum(durations)) / (ISSUE_AUDIO_S[u.case] * SAMPLE_RATE / SAMPLES_PER_FRAME)
 
 
-# -------------------------------------------------------------------- FLOPs
-
-
-def generator_flops(config: ModelConfig, frames: int) -> float:
-    """2 x MACs of every conv / transposed conv of decoder.generator for `frames` frames.
-
-    The generator's input runs at 2 frames per frame (the decoder upsamples
-    once); stage i upsamples by rates[i]; the last stage is reflection-padded
-    by one sample. Conv1d weights are [Cout, Cin/g, K] (MACs: product x output
-    length); ConvTranspose1d weights [Cin, Cout/g, K] (product x input length).
-    """
-    rates = [int(r) for r in config.istftnet["upsample_rates"]]
-    n_kernels = len(config.istftnet["resblock_kernel_sizes"])
-    lengths = []  # per stage, after upsampling (and padding)
-    length = 2 * frames
-    for i, rate in enumerate(rates):
-        length *= rate
-        lengths.append(length + (1 if i == len(rates) - 1 else 0))
-    stage_in = [2 * frames * math.prod(rates[:i]) for i in range(len(rates))]
-    prefix = "decoder.generator."
-    macs = 0
-    for name, shape in folded_layout(config).items():
-        if not (name.startswith(prefix) and name.endswith(".weight") and len(shape) == 3):
-            continue
-        parts = name[len(prefix) :].split(".")
-        kind, weight_macs = parts[0], math.prod(shape)
-        if kind == "ups":
-            macs += weight_macs * stage_in[int(parts[1])]
-        elif kind == "resblocks":
-            macs += weight_macs * lengths[int(parts[1]) // n_kernels]
-        elif kind in ("noise_convs", "noise_res"):
-            macs += weight_macs * lengths[int(parts[1])]
-        elif kind == "conv_post":
-            macs += weight_macs * lengths[-1]
-        else:
-            raise ValueError(f"generator_flops: no length rule for {name}")
-    return 2.0 * macs
-
-
-# ------------------------------------------------------------------- timing
-
-
-def time_calls(fn: Callable[[], Any], warmup: int, repeats: int, sync: Callable[[], None]) -> list[float]:
-    """Seconds per call of fn, each bracketed by sync(), after `warmup` untimed calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return times
-
-
-def _no_sync() -> None:
-    return None
-
-
-class PowerSampler:
-    """The GPU's power draw and SM clock, sampled by nvidia-smi while a case runs.
-
-    A batch keeps the GPU at its power limit, where the driver lowers the clock: that clock is
-    part of the batch's number, so its row reports it. A no-op (empty summary) where nvidia-smi
-    is missing or cannot report; the GPU is the first of CUDA_VISIBLE_DEVICES, else index 0.
-    """
-
-    FIELDS = ("power.draw", "clocks.sm", "clocks_event_reasons.sw_power_cap")
-
-    def __init__(self, interval_ms: int = 50) -> None:
-        self.interval_ms = interval_ms
-        self.samples: list[list[str]] = []
-        self._proc: subprocess.Popen[str] | None = None
-
-    def __enter__(self) -> PowerSampler:
-        smi = shutil.which("nvidia-smi")
-        if smi is None:
-            return self
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-        base = [smi, "-i", visible if visible.isdigit() else "0", "--format=csv,noheader,nounits"]
-        # Older drivers lack the power-cap field: fall back to power and clock alone.
-        for fields in (self.FIELDS, self.FIELDS[:2]):
-            query = [*base, "--query-gpu=" + ",".join(fields)]
-            try:
-                if subprocess.run(query, capture_output=True, timeout=10).returncode != 0:
-                    continue
-                self._proc = subprocess.Popen(
-                    [*query, "-lms", str(self.interval_ms)],
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL,
-                    text=True,
-                )
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-            break
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._proc is None:
-            return
-        self._proc.terminate()
-        try:
-            out, _ = self._proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            out, _ = self._proc.communicate()
-        self.samples = [[f.strip() for f in line.split(",")] for line in out.splitlines() if line.strip()]
-
-    def summary(self) -> str:
-        """E.g. "GPU 690 W, SM 1890 MHz (min 1620), power-capped 89%" (medians over the samples)."""
-        rows = []
-        for fields in self.samples:
-            try:
-                rows.append((float(fields[0]), float(fields[1]), fields[2:]))
-            except (ValueError, IndexError):
-                continue
-        if not rows:
-            return ""
-        watts, clocks = [r[0] for r in rows], [r[1] for r in rows]
-        text = f"GPU {statistics.median(watts):.0f} W, SM {statistics.median(clocks):.0f} MHz"
-        text += f" (min {min(clocks):.0f})"
-        capped = [r[2][0] == "Active" for r in rows if r[2]]
-        if capped:
-            text += f", power-capped {100 * sum(capped) / len(capped):.0f}%"
-        return text
+# --------------------------------------------------------------------- rows
 
 
 @dataclass
@@ -286,118 +167,6 @@ class Row:
             self.x_realtime = self.audio_s / (self.median_ms / 1e3)
 
 
-# ------------------------------------------------------------ torch helpers
-
-
-def import_torch() -> Any | None:
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
-
-
-def measure_peaks(torch: Any) -> dict[str, float]:
-    """Matrix-product rates (TFLOP/s) on this GPU: fp32 (no TF32), tf32, bf16; random operands."""
-    n = PEAK_MATMUL_N
-    peaks: dict[str, float] = {}
-    saved = torch.backends.cuda.matmul.allow_tf32
-    try:
-        for label, dtype, tf32 in (
-            ("fp32", torch.float32, False),
-            ("tf32", torch.float32, True),
-            ("bf16", torch.bfloat16, False),
-        ):
-            torch.backends.cuda.matmul.allow_tf32 = tf32
-            a = torch.randn(n, n, device="cuda", dtype=dtype)
-            b = torch.randn(n, n, device="cuda", dtype=dtype)
-            times = time_calls(lambda a=a, b=b: torch.mm(a, b), 2, 5, torch.cuda.synchronize)
-            peaks[label] = 2.0 * n**3 / statistics.median(times) / 1e12
-            del a, b
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved
-    torch.cuda.empty_cache()
-    return peaks
-
-
-def device_used_bytes(torch: Any | None) -> int | None:
-    """Device-wide memory in use (cudaMemGetInfo through torch), or None."""
-    if torch is None or not torch.cuda.is_available():
-        return None
-    free, total = torch.cuda.mem_get_info()
-    return int(total - free)
-
-
-def _stub_misaki() -> None:
-    """kokoro/__init__ imports misaki's G2P, unused here: stand-ins whose every public name is a class."""
-
-    def placeholder(name: str) -> type:
-        if name.startswith("_"):  # module protocol names (__file__, __path__) stay missing
-            raise AttributeError(name)
-        return type(name, (), {})
-
-    misaki = types.ModuleType("misaki")
-    for sub in ("en", "espeak"):
-        module = types.ModuleType(f"misaki.{sub}")
-        module.__getattr__ = placeholder  # type: ignore[method-assign]
-        sys.modules.setdefault(f"misaki.{sub}", module)
-        setattr(misaki, sub, sys.modules[f"misaki.{sub}"])
-    sys.modules.setdefault("misaki", misaki)
-
-
-def build_torch_model(
-    torch: Any, config: ModelConfig, ckpt: Mapping[str, Mapping[str, np.ndarray]], device: str = "cuda"
-) -> Any:
-    """The official KModel on `device` with the checkpoint's weights, every tensor checked loaded."""
-    _stub_misaki()
-    from kokoro.model import KModel
-
-    state = {top: {k: torch.from_numpy(np.array(v)) for k, v in sd.items()} for top, sd in ckpt.items()}
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "kokoro-random.pth"
-        torch.save(state, path)
-        with warnings.catch_warnings():  # its deprecated weight_norm, LSTM dropout with one layer
-            warnings.simplefilter("ignore")
-            model = KModel(repo_id=KOKORO_REPO_ID, config=dict(config.raw), model=str(path))
-    # KModel falls back to load_state_dict(strict=False): check every tensor arrived.
-    for top, sd in state.items():
-        loaded = getattr(model, top).state_dict()
-        for key, value in sd.items():
-            name = key.removeprefix("module.")
-            if name not in loaded or not torch.equal(loaded[name].cpu(), value):
-                raise RuntimeError(f"PyTorch KModel did not load {top}.{key}")
-    return model.to(device).eval()
-
-
-class GeneratorTimer:
-    """CUDA events around every decoder.generator forward of a torch model."""
-
-    def __init__(self, torch: Any, model: Any) -> None:
-        self._torch = torch
-        self._pending: list[tuple[Any, Any]] = []
-        gen = model.decoder.generator
-        gen.register_forward_pre_hook(self._start)
-        gen.register_forward_hook(self._stop)
-
-    def _start(self, *_: Any) -> None:
-        event = self._torch.cuda.Event(enable_timing=True)
-        event.record()
-        self._pending.append((event, None))
-
-    def _stop(self, *_: Any) -> None:
-        event = self._torch.cuda.Event(enable_timing=True)
-        event.record()
-        self._pending[-1] = (self._pending[-1][0], event)
-
-    def reset(self) -> None:
-        self._pending.clear()
-
-    def median_s(self) -> float | None:
-        self._torch.cuda.synchronize()
-        times = [a.elapsed_time(b) / 1e3 for a, b in self._pending if b is not None]
-        return statistics.median(times) if times else None
-
-
 # ---------------------------------------------------------------- the runs
 
 
@@ -413,7 +182,7 @@ def run_ours(
     used0 = device_used_bytes(torch) if args.device == "cuda" else None
     backend = backends.create_backend(args.device, config, weights, precision)
     engine = getattr(backend, "_engine", None)
-    sync = torch.cuda.synchronize if used0 is not None else _no_sync
+    sync = torch.cuda.synchronize if used0 is not None else no_sync
     rows = []
     for utt in utterances:
         row = Row("kokoro_gpu", precision, utt.case, utt.phonemes)
@@ -570,58 +339,6 @@ def finish_rows(rows: list[Row], config: ModelConfig, peaks: dict[str, float], t
             r.gen_timing = f"{r.gen_timing}, vs {peak_key} peak"
 
 
-# -------------------------------------------------------------- LSTM probe
-
-
-def lstm_probe(args: argparse.Namespace) -> list[dict[str, Any]] | None:
-    """Per-step time of ops.lstm_bidirectional through the op binding, for H 256 and 257.
-
-    H 256 is the model's size (the cluster path on sm_90); H 257 is no cluster
-    size, so it times the fallback kernel (the one-block-per-direction kernel
-    that was the only path before) at about the same work. A binding call
-    uploads its inputs, runs the op and downloads [T, 2H]; albert_embeddings
-    with a [178, 2H] table moves the same output and almost no input, so
-    (lstm - embeddings) over T, fitted by least squares, is the device time per
-    step (the input GEMM, ~5 MFLOP a step, rides along).
-    """
-    try:
-        from kokoro_gpu import _native
-    except ImportError:
-        return None
-    if not hasattr(_native, "ops") or _native.cuda_status().get("device_count", 0) == 0:
-        return None
-    ops = _native.ops
-    rng = np.random.default_rng(0)
-    d_in, repeats = 16, max(args.repeats, 10)
-    results = []
-    for hidden in (256, 257):
-        w_ih = rng.uniform(-1, 1, (2, 4 * hidden, d_in)).astype(np.float32) / 16
-        w_hh = rng.uniform(-1, 1, (2, 4 * hidden, hidden)).astype(np.float32) / 16
-        b = rng.uniform(-1, 1, (2, 4 * hidden)).astype(np.float32) / 16
-        table = rng.standard_normal((178, 2 * hidden)).astype(np.float32)
-        points = []
-        for t_len in (50, 500, 1500):
-            x = rng.standard_normal((t_len, d_in)).astype(np.float32)
-            ids = rng.integers(0, 178, t_len).astype(np.int32)
-
-            def lstm(
-                x: np.ndarray = x, w_ih: np.ndarray = w_ih, w_hh: np.ndarray = w_hh, b: np.ndarray = b
-            ) -> np.ndarray:
-                return ops.lstm_bidirectional(x, w_ih, w_hh, b)
-
-            def transfer(ids: np.ndarray = ids, table: np.ndarray = table) -> np.ndarray:
-                return ops.albert_embeddings(ids, table)
-
-            t_lstm = statistics.median(time_calls(lstm, args.warmup + 2, repeats, _no_sync))
-            t_base = statistics.median(time_calls(transfer, args.warmup + 2, repeats, _no_sync))
-            points.append({"T": t_len, "lstm_ms": t_lstm * 1e3, "baseline_ms": t_base * 1e3})
-        steps = np.array([p["T"] for p in points], dtype=np.float64)
-        net = np.array([p["lstm_ms"] - p["baseline_ms"] for p in points]) * 1e3
-        slope, intercept = np.polyfit(steps, net, 1)
-        results.append({"hidden": hidden, "points": points, "us_per_step": slope, "fixed_us": intercept})
-    return results
-
-
 # ------------------------------------------------------------------ output
 
 
@@ -773,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     meta["speeds"] = {u.case: round(u.speed, 4) for u in utterances}
 
     if args.lstm and args.device == "cuda":
-        meta["lstm"] = lstm_probe(args)
+        meta["lstm"] = lstm_probe(args.warmup, args.repeats)
     rows: list[Row] = []
     phases: Phases = {}
     for precision in args.precision:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_peers import default_onnx, onnx_runner, torch_runner
 
 from kokoro_gpu import backends
 from kokoro_gpu.api import KokoroTTS
@@ -80,53 +81,6 @@ class CpuRow:
     def x_realtime(self) -> float | None:
         m = self.median_s
         return self.audio_s / m if m and self.audio_s else None
-
-
-def onnx_runner(path: Path) -> Callable[[np.ndarray, np.ndarray, float], np.ndarray]:
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-
-    def run(ids: np.ndarray, ref_s: np.ndarray, speed: float) -> np.ndarray:
-        feeds = {"tokens": ids[None].astype(np.int64), "style": ref_s[None].astype(np.float32),
-                 "speed": np.array([speed], dtype=np.float32)}
-        return np.asarray(session.run(None, feeds)[0]).reshape(-1)
-
-    return run
-
-
-def torch_runner(config: ModelConfig, weights: dict[str, np.ndarray]) -> Callable[..., np.ndarray]:
-    import torch
-    from bench import build_torch_model
-
-    from kokoro_gpu.convert import official_from_folded
-
-    ckpt: dict[str, dict[str, np.ndarray]] = {}
-    for name, arr in official_from_folded(weights, config).items():
-        top, key = name.split(".", 1)
-        ckpt.setdefault(top, {})[key] = arr
-    model = build_torch_model(torch, config, ckpt, device="cpu")
-
-    def run(ids: np.ndarray, ref_s: np.ndarray, speed: float) -> np.ndarray:
-        with torch.no_grad():
-            audio, _ = model.forward_with_tokens(
-                torch.from_numpy(ids)[None], torch.from_numpy(ref_s)[None], speed)
-        return audio.numpy().reshape(-1)
-
-    return run
-
-
-def default_onnx(model: str) -> Path | None:
-    """The int8 ONNX file of ``model`` when it names one (file or directory), else the real model's."""
-    path = Path(model)
-    candidates = [path] if path.suffix == ".onnx" else []
-    if path.is_dir():
-        candidates = sorted(path.glob("*int8*.onnx"))
-    if not candidates:
-        from kokoro_gpu.real_model import ONNX_FILENAME, real_model_dir
-
-        candidates = [real_model_dir() / ONNX_FILENAME]
-    return next((c for c in candidates if c.is_file()), None)
 
 
 def time_ttfa(tts: KokoroTTS, text: str, voice: str, repeats: int) -> list[float]:
