@@ -39,7 +39,6 @@ CPU smoke run: ``--device cpu --quick``.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import statistics
 import sys
@@ -56,13 +55,23 @@ from kokoro_gpu import KokoroTTS
 from kokoro_gpu.config import SAMPLE_RATE
 from kokoro_gpu.errors import KokoroError
 from kokoro_gpu.scheduler import ChunkScheduler, ChunkSpec
-from kokoro_gpu.text.chunking import MAX_PHONEMES, piece_chunks, speakable, split_paragraphs
+from kokoro_gpu.text.chunking import MAX_PHONEMES
 from kokoro_gpu.tokens import phonemes_to_ids
 from kokoro_gpu.voices import style_for
 
-ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT / "tests" / "data" / "traffic_corpus.txt"
-PHONEMES = ROOT / "tests" / "data" / "traffic_phonemes.json"  # CORPUS phonemised (--write-phonemes)
+# The sibling module: on sys.path already when this file runs as a script, not when it is loaded by
+# its path (tests/script_modules.py).
+sys.path.append(str(Path(__file__).resolve().parent))
+from bench_traffic_corpus import (
+    CORPUS,
+    PHONEMES,
+    joined_pairs,
+    load_phonemes,
+    phonemize_corpus,
+    pick_distinct_lengths,
+    word_prefixes,
+)
+
 MEDIUM_PHONEMES = 157  # the fixed-shape benchmark's medium utterance (scripts/bench.py)
 LOADS = (0.25, 0.5, 0.9)
 TARGETS = {"mixed_vs_fixed": 0.90, "first_seen_vs_replayed": 1.15, "p99_vs_idle": 4.0, "sustained_vs_a": 0.85}
@@ -90,55 +99,6 @@ class Settings:
 QUICK = Settings(
     3, rounds=1, warmup=0, first_seen=3, arrival_seconds=0.0, min_arrivals=3, max_arrivals=3, max_phonemes=40
 )
-
-
-# ------------------------------------------------------------------- corpus
-
-
-def phonemize_corpus(text: str, lang: str = "a") -> list[str]:
-    """The corpus's chunks' phonemes: each line chunked as KokoroTTS chunks a piece of text."""
-    from kokoro_gpu.text.g2p import front_end
-
-    g2p = front_end(lang)
-    return [c.phonemes for line in split_paragraphs(text) for c in piece_chunks(line, g2p, MAX_PHONEMES)]
-
-
-def load_phonemes(path: Path) -> list[str]:
-    data = json.loads(path.read_text(encoding="utf-8"))
-    chunks = data["chunks"] if isinstance(data, dict) else data
-    if not chunks or not all(isinstance(c, str) and c.strip() for c in chunks):
-        raise SystemExit(f"{path}: expected a JSON object with 'chunks', a list of phoneme strings")
-    return chunks
-
-
-def joined_pairs(chunks: Sequence[str], limit: int) -> list[str]:
-    """Consecutive chunks joined (a two-sentence paragraph is one chunk) where they fit `limit`."""
-    pairs = (f"{a} {b}" for a, b in itertools.pairwise(chunks))
-    return [p for p in pairs if len(p) <= limit]
-
-
-def word_prefixes(chunks: Sequence[str]) -> list[str]:
-    """Each chunk's word prefixes (ending in '.' where the prefix ends mid-sentence): more real shapes."""
-    pieces = []
-    for chunk in chunks:
-        words = chunk.split()
-        for k in range(1, len(words)):
-            prefix = " ".join(words[:k])
-            pieces.append(prefix if prefix[-1] in ".!?,;:" else prefix + ".")
-    return [p for p in pieces if speakable(p)]
-
-
-def pick_distinct_lengths(
-    pieces: Sequence[str], used: set[int], count: int, rng: np.random.Generator
-) -> list[str]:
-    """`count` pieces in random order, token counts (len + 2) not in `used` and distinct where possible."""
-    order = rng.permutation(len(pieces))
-    fresh, repeats, seen = [], [], set(used)
-    for i in order:
-        n = len(pieces[i]) + 2
-        (repeats if n in seen else fresh).append(pieces[i])
-        seen.add(n)
-    return (fresh + repeats)[:count]
 
 
 # ------------------------------------------------------------------ helpers
