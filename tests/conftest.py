@@ -14,7 +14,8 @@ written once per worker session).
 Parallel runs: pyproject's addopts run the suite on pytest-xdist workers
 (``-n auto --dist loadfile``: each file on one worker, so module fixtures such as
 a server or a Ray cluster are built once). :func:`pytest_xdist_auto_num_workers`
-picks how many; ``-n 0`` runs everything in this process.
+picks how many, :func:`pytest_collection_modifyitems` hands out the long files
+first; ``-n 0`` runs everything in this process.
 """
 
 from __future__ import annotations
@@ -44,6 +45,16 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     from kokoro_gpu.ops.parallel import worker_count
 
     return min(MAX_WORKERS, worker_count())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On xdist workers, the files holding slow or real-weights tests first (each file's own order
+    kept): workers take files in collection order (--no-loadscope-reorder), so the long files start
+    early and the short ones even out the end, instead of a long file starting last."""
+    if not hasattr(config, "workerinput"):
+        return
+    heavy = {item.path for item in items if any(item.iter_markers("slow")) or any(item.iter_markers("real"))}
+    items.sort(key=lambda item: item.path not in heavy)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -66,6 +66,7 @@ def _failures(result: parity.CaseResult, device: str) -> list[str]:
     return out
 
 
+@pytest.mark.slow  # about 30 s on the CPU: the 510-phoneme case alone is 40 s of audio
 @pytest.mark.parametrize("path", FIXTURES, ids=[p.stem for p in FIXTURES])
 def test_parity(path: Path, device: str) -> None:
     try:
