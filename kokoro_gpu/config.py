@@ -30,6 +30,9 @@ MAX_CONFIG_BYTES = 1 << 20
 # A config whose layout holds more values than this is refused (Kokoro-82M: 82 million).
 MAX_PARAMETERS = 500_000_000
 _ADVICE = "use the config.json that belongs to the checkpoint"
+# The decoder's last AdainResBlk1d makes this many channels whatever the config says (as in Kokoro's
+# istftnet.Decoder), so the generator's input width must match it.
+DECODER_OUT_CHANNELS = 512
 
 
 @dataclass(frozen=True)
@@ -91,8 +94,10 @@ class ModelConfig:
         if len(kernels) != len(rates):
             check.fail("istftnet.upsample_kernel_sizes", "must have one entry per upsample rate")
         channels = check.integer(istftnet, "upsample_initial_channel", 1, 1 << 14, "istftnet.")
-        if channels % 2 ** len(rates):
-            check.fail("istftnet.upsample_initial_channel", f"must be a multiple of {2 ** len(rates)}")
+        if channels != DECODER_OUT_CHANNELS:
+            # Kokoro's decoder ends in a block of fixed width that feeds the generator's first upsampler.
+            check.fail("istftnet.upsample_initial_channel",
+                       f"must be {DECODER_OUT_CHANNELS}, the width of the decoder's last block")
         res_kernels = check.int_list(istftnet, "resblock_kernel_sizes", 1, 255, "istftnet.")
         dilations = istftnet.get("resblock_dilation_sizes")
         if not (isinstance(dilations, list) and len(dilations) == len(res_kernels)):

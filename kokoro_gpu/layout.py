@@ -14,7 +14,7 @@ Two views of the same layout:
 
 from __future__ import annotations
 
-from .config import ModelConfig
+from .config import DECODER_OUT_CHANNELS, ModelConfig
 
 Shape = tuple[int, ...]
 
@@ -139,7 +139,8 @@ def _build(cfg: ModelConfig) -> _Layout:
     L.adain_res_blk(f"{d}.encode", d_hid + 2, 1024, style, upsample=False)
     for i in range(4):
         last = i == 3
-        L.adain_res_blk(f"{d}.decode.{i}", 1024 + 2 + asr_res, 512 if last else 1024, style, upsample=last)
+        width = DECODER_OUT_CHANNELS if last else 1024
+        L.adain_res_blk(f"{d}.decode.{i}", 1024 + 2 + asr_res, width, style, upsample=last)
     L.conv(f"{d}.F0_conv", 1, 1, 3)
     L.conv(f"{d}.N_conv", 1, 1, 3)
     L.conv(f"{d}.asr_res.0", d_hid, asr_res, 1)

@@ -173,6 +173,7 @@ BASE = json.loads((Path(__file__).parents[1] / "kokoro_gpu" / "data" / "config.j
     (lambda c: c["plbert"].update(max_position_embeddings=2), "plbert.max_position_embeddings"),
     (lambda c: c["istftnet"].update(upsample_rates=[10, 0]), "istftnet.upsample_rates[1]"),
     (lambda c: c["istftnet"].update(upsample_kernel_sizes=[20]), "istftnet.upsample_kernel_sizes"),
+    (lambda c: c["istftnet"].update(upsample_initial_channel=128), "istftnet.upsample_initial_channel"),
     (lambda c: c["istftnet"].update(resblock_dilation_sizes=[[1]]), "istftnet.resblock_dilation_sizes"),
     (lambda c: c["vocab"].update(a=5000), "vocab['a']"),
     (lambda c: c.update(dropout="x"), "dropout"),
