@@ -10,8 +10,9 @@ one ``backend.forward_on_lane`` call: a chunk submitted while others run
 starts when a lane frees, not after a whole batch drains. A worker takes a
 share of the queue that shrinks as it empties (the queue over twice the
 lanes, at most ``max_batch``), so lanes that took long chunks and lanes that
-took short ones finish together. When every lane is idle, the first chunk
-waits at most ``gather_s`` for companions. Scheduling is per chunk: a caller
+took short ones finish together. With one lane, an idle backend's first
+chunk waits at most ``gather_s`` for companions (with several, a free lane
+starts at once: the next chunks go to the other lanes). Scheduling is per chunk: a caller
 with a long text submits its chunks one (or a few) at a time, so other
 callers' chunks interleave with them.
 
@@ -205,9 +206,9 @@ class ChunkScheduler:
                     self._cond.wait()
                 if not self._heap:
                     return None
-                # With every lane idle the first chunk waits a little for companions; a chunk that
-                # waited while the lanes were busy has used its window up and goes at once.
-                if not any(self._running):
+                # One idle lane: the first chunk waits a little for companions; a chunk that waited
+                # while the lane was busy has used its window up and goes at once.
+                if self.lanes == 1 and not self._running[0]:
                     oldest = min(e.arrived for e in self._heap[: self.max_batch])
                     while self._queued < self.max_batch and not self._closing:
                         remaining = oldest + self.gather_s - time.monotonic()

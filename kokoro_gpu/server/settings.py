@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="model calls at once (default: the CUDA engine's lanes; --lanes 1 --max-batch 1: "
                    "one request at a time)")
     p.add_argument("--gather-ms", type=float, default=2.0,
-                   help="how long an idle model waits for more chunks to batch with the first")
+                   help="with one lane, how long an idle model waits for more chunks to batch with the first")
     p.add_argument("--lookahead", type=_positive_int, default=2,
                    help="chunks of one stream queued ahead of the one being sent")
     p.add_argument("--request-timeout", type=float, default=300.0, help="seconds per request")
