@@ -31,6 +31,19 @@ from kokoro_gpu.backends import CudaState, cuda_state
 MAX_WORKERS = 4
 
 
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """Without pytest-xdist (pytest alone, as on a GPU machine without the test extra, or with
+    ``-p no:xdist``), pyproject's ``-n`` / ``--dist`` options are accepted and everything runs in this
+    process."""
+    if pluginmanager.has_plugin("xdist"):
+        return
+    group = parser.getgroup("xdist", "pytest-xdist is not loaded: its options are accepted and ignored")
+    # xdist registers -n through the same private call: pytest keeps lowercase short options for itself.
+    group._addoption("-n", "--numprocesses", dest="numprocesses", default=None, help="ignored")
+    group.addoption("--dist", dest="dist", default="no", help="ignored")
+    group.addoption("--no-loadscope-reorder", dest="loadscopereorder", action="store_false", help="ignored")
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """Workers for ``-n auto``: one per CPU this process may use (xdist's own default counts
