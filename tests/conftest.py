@@ -8,8 +8,8 @@ Markers:
 - ``slow``: takes more than a few seconds; ``pytest -m "not slow"`` leaves it out.
 
 Fixtures: ``cuda`` (the probed :class:`~kokoro_gpu.backends.CudaState`, one
-probe per session) and ``demo_model_dir`` (a random-weights model directory,
-written once per worker session).
+probe per session), ``demo_model_dir`` (a random-weights model directory,
+written once per worker session) and ``rng`` (a generator seeded by the test's name).
 
 Parallel runs: pyproject's addopts run the suite on pytest-xdist workers
 (``-n auto --dist loadfile``: each file on one worker, so module fixtures such as
@@ -21,8 +21,10 @@ first; ``-n 0`` runs everything in this process.
 from __future__ import annotations
 
 import functools
+import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kokoro_gpu.backends import CudaState, cuda_state
@@ -73,6 +75,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a usable CUDA GPU and the native engine (skipped without)")
     config.addinivalue_line("markers", "slow: takes more than a few seconds (deselect with -m 'not slow')")
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> np.random.Generator:
+    """Fresh random inputs per test, reproducible from the test's name alone (the native op tests':
+    the seed does not depend on the file a test lives in)."""
+    return np.random.default_rng(zlib.crc32(f"tests/test_native_ops.py::{request.node.name}".encode()))
 
 
 @functools.cache

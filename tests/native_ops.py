@@ -9,7 +9,6 @@ over max |ref|.
 
 from __future__ import annotations
 
-import zlib
 from typing import Any
 
 import numpy as np
@@ -66,12 +65,6 @@ def check(name: str, got: np.ndarray, want: np.ndarray, tol: float, scale: float
 
 def reduction_tol(n: int) -> float:
     return SHORT_REDUCTION_TOL if n <= 1024 else LONG_REDUCTION_TOL
-
-
-def seeded_rng(request: pytest.FixtureRequest) -> np.random.Generator:
-    """Fresh inputs per test, reproducible from the test's name (the same seed in whichever family
-    file it lives)."""
-    return np.random.default_rng(zlib.crc32(f"tests/test_native_ops.py::{request.node.name}".encode()))
 
 
 # TF32 / FP16 round each operand to 11 significant bits: the normwise error of

@@ -25,18 +25,12 @@ from native_ops import (
     gpu,
     reduction_tol,
     round_half,
-    seeded_rng,
 )
 
 from kokoro_gpu import ops as ref
 from kokoro_gpu.errors import BackendError
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture
-def rng(request: pytest.FixtureRequest) -> np.random.Generator:
-    return seeded_rng(request)
 
 
 # (Cin, Cout, Tin, K, stride, pad, dilation, groups): every configuration the

@@ -20,18 +20,12 @@ from native_ops import (
     gpu,
     reduction_tol,
     round_half,
-    seeded_rng,
 )
 
 from kokoro_gpu import ops as ref
 from kokoro_gpu.errors import BackendError
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture
-def rng(request: pytest.FixtureRequest) -> np.random.Generator:
-    return seeded_rng(request)
 
 
 CONV_TRANSPOSE_CASES = [

@@ -19,17 +19,11 @@ from native_ops import (
     f32,
     f64,
     gpu,
-    seeded_rng,
 )
 
 from kokoro_gpu import ops as ref
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture
-def rng(request: pytest.FixtureRequest) -> np.random.Generator:
-    return seeded_rng(request)
 
 
 @pytest.mark.parametrize("t_len,dim", [(1, 1), (7, 128), (512, 512)])

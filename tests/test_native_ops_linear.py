@@ -21,17 +21,11 @@ from native_ops import (
     gpu,
     reduction_tol,
     rel_error,
-    seeded_rng,
 )
 
 from kokoro_gpu import ops as ref
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture
-def rng(request: pytest.FixtureRequest) -> np.random.Generator:
-    return seeded_rng(request)
 
 
 @pytest.mark.parametrize("trans_a", [False, True])

@@ -19,18 +19,12 @@ from native_ops import (
     f64,
     gpu,
     reduction_tol,
-    seeded_rng,
 )
 
 from kokoro_gpu import ops as ref
 from kokoro_gpu.errors import BackendError
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture
-def rng(request: pytest.FixtureRequest) -> np.random.Generator:
-    return seeded_rng(request)
 
 
 @pytest.mark.parametrize("rows,cols", [(1, 768), (7, 640), (513, 128), (3, 1), (5, 33), (9, 1024)])

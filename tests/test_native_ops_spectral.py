@@ -18,17 +18,11 @@ from native_ops import (
     f32,
     f64,
     gpu,
-    seeded_rng,
 )
 
 from kokoro_gpu import ops as ref
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture
-def rng(request: pytest.FixtureRequest) -> np.random.Generator:
-    return seeded_rng(request)
 
 
 @pytest.mark.parametrize("n", [11, 600, 1001, 12347])
