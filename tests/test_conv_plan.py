@@ -18,35 +18,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_conv_relayout import CXX, INCLUDES
+from host_tools import build_tool, needs_cxx_and_cuda_headers
 
-ROOT = Path(__file__).resolve().parent.parent
 H100_SMS = 132
 
-pytestmark = pytest.mark.skipif(
-    CXX is None or INCLUDES is None,
-    reason="no C++ compiler or no CUDA headers (cuda_fp16.h, cublas_v2.h, cufft.h)",
-)
+pytestmark = needs_cxx_and_cuda_headers
 
 
 @pytest.fixture(scope="module")
 def tool(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("plan") / "conv_plan_tool"
-    includes = [f"-I{d}" for d in INCLUDES or []]
-    flags = [
-        "-std=c++17",
-        "-x",
-        "c++",
-        "-Wall",
-        "-Wextra",
-        "-Werror",
-        "-O1",
-        "-I",
-        str(ROOT / "native/include"),
-    ]
-    source = str(ROOT / "native/tools/conv_plan_tool.cpp")
-    subprocess.run([str(CXX), *flags, *includes, source, "-o", str(out)], check=True)
-    return out
+    return build_tool(out, ["native/tools/conv_plan_tool.cpp"], cuda_headers=True)
 
 
 def plan(

@@ -12,65 +12,22 @@ Skipped where no C++ compiler or no CUDA headers are found.
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from host_tools import build_tool, needs_cxx_and_cuda_headers
 
-ROOT = Path(__file__).resolve().parent.parent
-CXX = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
-
-
-def _include_dirs() -> list[str] | None:
-    """Directories holding cuda_fp16.h, cublas_v2.h and cufft.h (the toolkit's, else the wheels')."""
-    candidates = [os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "include")]
-    try:
-        import nvidia
-
-        for root in nvidia.__path__:
-            candidates += glob.glob(os.path.join(root, "*", "include"))
-    except ImportError:
-        pass
-    found: list[str] = []
-    for header in ("cuda_fp16.h", "cublas_v2.h", "cufft.h"):
-        where = next((d for d in candidates if os.path.isfile(os.path.join(d, header))), None)
-        if where is None:
-            return None
-        if where not in found:
-            found.append(where)
-    # The toolkit's runtime headers first: a wheel's may be of another CUDA version.
-    return sorted(found, key=lambda d: "nvidia" in d)
-
-
-INCLUDES = _include_dirs()
-pytestmark = pytest.mark.skipif(
-    CXX is None or INCLUDES is None,
-    reason="no C++ compiler or no CUDA headers (cuda_fp16.h, cublas_v2.h, cufft.h)",
-)
+pytestmark = needs_cxx_and_cuda_headers
 
 
 @pytest.fixture(scope="module")
 def tool(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("relayout") / "conv_relayout_tool"
-    includes = [f"-I{d}" for d in INCLUDES or []]
-    flags = [
-        "-std=c++17",
-        "-x",
-        "c++",
-        "-Wall",
-        "-Wextra",
-        "-Werror",
-        "-O1",
-        "-I",
-        str(ROOT / "native/include"),
-    ]
-    sources = [str(ROOT / "native/tools/conv_relayout_tool.cpp"), str(ROOT / "native/ops/conv_relayout.cu")]
-    subprocess.run([str(CXX), *flags, *includes, *sources, "-o", str(out)], check=True)
-    return out
+    return build_tool(
+        out, ["native/tools/conv_relayout_tool.cpp", "native/ops/conv_relayout.cu"], cuda_headers=True
+    )
 
 
 def run(tool: Path, args: list[str], data: np.ndarray) -> bytes:
