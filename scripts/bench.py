@@ -63,16 +63,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from kokoro_gpu import backends
-from kokoro_gpu.checkpoint import fold_official
-from kokoro_gpu.config import SAMPLE_RATE, ModelConfig
-from kokoro_gpu.random_weights import random_checkpoint, random_voice_pack
-from kokoro_gpu.tokens import phonemes_to_ids
-
-# The sibling modules: on sys.path already when this file runs as a script, not when it is loaded
-# by its path (tests/script_modules.py).
-sys.path.append(str(Path(__file__).resolve().parent))
 from bench_measure import (
     PowerSampler,
     device_used_bytes,
@@ -83,6 +73,12 @@ from bench_measure import (
     time_calls,
 )
 from bench_peers import GeneratorTimer, build_torch_model, import_torch
+
+from kokoro_gpu import backends
+from kokoro_gpu.checkpoint import fold_official
+from kokoro_gpu.config import SAMPLE_RATE, ModelConfig
+from kokoro_gpu.random_weights import random_checkpoint, random_voice_pack
+from kokoro_gpu.tokens import phonemes_to_ids
 
 CASES = {"short": 30, "medium": 157, "long": 500}
 CPU_CASES = ("short", "long", "ttfa")  # scripts/bench_cpu.py

@@ -50,18 +50,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from kokoro_gpu import KokoroTTS
-from kokoro_gpu.config import SAMPLE_RATE
-from kokoro_gpu.errors import KokoroError
-from kokoro_gpu.scheduler import ChunkScheduler, ChunkSpec
-from kokoro_gpu.text.chunking import MAX_PHONEMES
-from kokoro_gpu.tokens import phonemes_to_ids
-from kokoro_gpu.voices import style_for
-
-# The sibling module: on sys.path already when this file runs as a script, not when it is loaded by
-# its path (tests/script_modules.py).
-sys.path.append(str(Path(__file__).resolve().parent))
 from bench_traffic_corpus import (
     CORPUS,
     PHONEMES,
@@ -71,6 +59,14 @@ from bench_traffic_corpus import (
     pick_distinct_lengths,
     word_prefixes,
 )
+
+from kokoro_gpu import KokoroTTS
+from kokoro_gpu.config import SAMPLE_RATE
+from kokoro_gpu.errors import KokoroError
+from kokoro_gpu.scheduler import ChunkScheduler, ChunkSpec
+from kokoro_gpu.text.chunking import MAX_PHONEMES
+from kokoro_gpu.tokens import phonemes_to_ids
+from kokoro_gpu.voices import style_for
 
 MEDIUM_PHONEMES = 157  # the fixed-shape benchmark's medium utterance (scripts/bench.py)
 LOADS = (0.25, 0.5, 0.9)
