@@ -1,17 +1,17 @@
-"""PEP 517 build backend: scikit-build-core, plus the CUDA library wheels when nvcc needs them.
+"""PEP 517 build backend: scikit-build-core, plus the cuBLAS wheel when nvcc needs it.
 
-The native engine needs cuFFT and cuBLAS headers and libraries. CUDA
-toolkits installed without them (CI: nvcc only) would otherwise build a
-CPU-only package and never compile the CUDA sources. So when an nvcc is
-found (``CUDACXX``, ``PATH``, ``CUDA_HOME``/``CUDA_PATH``, /usr/local/cuda)
-whose toolkit lacks ``cufft.h`` or ``cublas_v2.h``, the wheel build also
-requires ``nvidia-cufft`` and ``nvidia-cublas`` (their ``-cu12`` names for a
-CUDA 12 nvcc); CMakeLists.txt then finds them through the build's Python.
+The native engine needs the cuBLAS headers and library. CUDA toolkits
+installed without them (CI: nvcc only) would otherwise build a CPU-only
+package and never compile the CUDA sources. So when an nvcc is found
+(``CUDACXX``, ``PATH``, ``CUDA_HOME``/``CUDA_PATH``, /usr/local/cuda) whose
+toolkit lacks ``cublas_v2.h``, the wheel build also requires
+``nvidia-cublas`` (``nvidia-cublas-cu12`` for a CUDA 12 nvcc);
+CMakeLists.txt then finds it through the build's Python.
 
-The engine then loads those libraries from the same wheels at run time (its
-RPATH points at them), so the built package also declares them as its own
-dependencies: the prepared metadata and the wheel's METADATA both get
-``Requires-Dist`` lines for them, and one ``pip install .`` yields a working
+The engine then loads cuBLAS from the same wheel at run time (its RPATH
+points at it), so the built package also declares it as its own
+dependency: the prepared metadata and the wheel's METADATA both get a
+``Requires-Dist`` line for it, and one ``pip install .`` yields a working
 engine. Without nvcc, with a full toolkit (RPATH to its libraries), or with
 KOKORO_NATIVE=0 nothing is added and the build yields the package as it is.
 Every other hook is scikit-build-core's.
@@ -34,7 +34,7 @@ from scikit_build_core import build as _skbuild
 build_sdist = _skbuild.build_sdist
 get_requires_for_build_sdist = _skbuild.get_requires_for_build_sdist
 
-_LIBRARY_HEADERS = ("cufft.h", "cublas_v2.h")
+_LIBRARY_HEADERS = ("cublas_v2.h",)
 
 
 def _find_nvcc() -> Path | None:
@@ -59,7 +59,7 @@ def _nvcc_major(nvcc: Path) -> int | None:
 
 
 def _toolkit_has_libraries(nvcc: Path) -> bool:
-    """Whether a toolkit beside nvcc (or at CUDA_HOME, CUDA_PATH, /usr/local/cuda) has both headers.
+    """Whether a toolkit beside nvcc (or at CUDA_HOME, CUDA_PATH, /usr/local/cuda) has the library headers.
 
     nvcc may be a wrapper script outside its toolkit, hence the usual roots too.
     """
@@ -93,14 +93,14 @@ def cuda_library_requirements(config_settings: dict | None = None) -> list[str]:
     major = _nvcc_major(nvcc)
     if major is None or major < 12:
         return []
-    return list(_CUDA_WHEELS.get(major, ("nvidia-cufft", "nvidia-cublas")))
+    return list(_CUDA_WHEELS.get(major, ("nvidia-cublas",)))
 
 
-# The wheels of each CUDA major version, pinned to the library versions whose sonames the
-# engine links (CUDA 13 ships cuFFT 12, libcufft.so.12, and cuBLAS 13, libcublas.so.13).
+# The wheels of each CUDA major version, pinned to the library version whose soname the
+# engine links (CUDA 12: libcublas.so.12; CUDA 13: libcublas.so.13).
 _CUDA_WHEELS = {
-    12: ("nvidia-cufft-cu12", "nvidia-cublas-cu12"),
-    13: ("nvidia-cufft>=12,<13", "nvidia-cublas>=13,<14"),
+    12: ("nvidia-cublas-cu12",),
+    13: ("nvidia-cublas>=13,<14",),
 }
 
 

@@ -165,23 +165,20 @@ def driver_problem() -> str | None:
     return None
 
 
-# Library sonames -> the CUDA major version whose wheels provide them.
-_LIBRARY_CUDA = {"libcufft.so.11": 12, "libcublas.so.12": 12, "libcufft.so.12": 13, "libcublas.so.13": 13}
+# cuBLAS sonames -> the CUDA major version whose wheel provides them.
+_LIBRARY_CUDA = {"libcublas.so.12": 12, "libcublas.so.13": 13}
 
 
 def _missing_library_hint(message: str) -> str:
     cuda = next((v for lib, v in _LIBRARY_CUDA.items() if lib in message), None)
     if cuda is None:
-        if not any(lib in message for lib in ("libcufft", "libcublas")):
+        if "libcublas" not in message:
             return ""
-        return (
-            " (install cuFFT and cuBLAS: the CUDA toolkit's, or the nvidia-cufft and nvidia-cublas wheels"
-            " of its CUDA version)"
-        )
+        return " (install cuBLAS: the CUDA toolkit's, or the nvidia-cublas wheel of its CUDA version)"
     suffix = "-cu12" if cuda == 12 else ""
     return (
         f" (the engine was built for CUDA {cuda}; install its libraries with"
-        f" pip install nvidia-cufft{suffix} nvidia-cublas{suffix}, or pip install 'kokoro-gpu[cuda{cuda}]',"
+        f" pip install nvidia-cublas{suffix}, or pip install 'kokoro-gpu[cuda{cuda}]',"
         " or put the CUDA toolkit's lib64 on LD_LIBRARY_PATH)"
     )
 
@@ -234,7 +231,7 @@ def load_native() -> tuple[ModuleType | None, str | None]:
         if e.name == _NATIVE_MODULE:
             return None, _not_built_reason()
         return None, f"native engine cannot be loaded: {e}"
-    except ImportError as e:  # built, but a shared library (libcufft, libcublas) is missing
+    except ImportError as e:  # built, but a shared library (libcublas) is missing
         return None, f"native engine cannot be loaded: {e}{_missing_library_hint(str(e))}"
 
 

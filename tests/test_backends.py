@@ -223,18 +223,18 @@ def test_native_engine_missing(
 def test_native_engine_without_its_libraries_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A native engine built against cuFFT / cuBLAS wheels that the running Python lacks: the
+    """A native engine built against the cuBLAS wheel that the running Python lacks: the
     reason names the missing library and what to install."""
 
     def missing(name: str) -> Any:
-        raise ImportError("libcufft.so.12: cannot open shared object file: No such file or directory")
+        raise ImportError("libcublas.so.13: cannot open shared object file: No such file or directory")
 
     monkeypatch.setattr(backends.importlib, "import_module", missing)
     native, reason = backends.load_native()
     assert native is None and reason is not None
-    # libcufft.so.12 is cuFFT 12, which ships with CUDA 13: the wheels without a -cu12 suffix.
-    assert reason.startswith("native engine cannot be loaded: libcufft.so.12: cannot open")
-    assert "built for CUDA 13" in reason and "pip install nvidia-cufft nvidia-cublas," in reason
+    # libcublas.so.13 is cuBLAS 13, which ships with CUDA 13: the wheel without a -cu12 suffix.
+    assert reason.startswith("native engine cannot be loaded: libcublas.so.13: cannot open")
+    assert "built for CUDA 13" in reason and "pip install nvidia-cublas," in reason
     assert "kokoro-gpu[cuda13]" in reason
 
 
@@ -244,7 +244,8 @@ def test_cuda_12_libraries_get_their_wheel_names(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(backends.importlib, "import_module", missing)
     _, reason = backends.load_native()
-    assert reason is not None and "pip install nvidia-cufft-cu12 nvidia-cublas-cu12" in reason
+    assert reason is not None and "built for CUDA 12" in reason
+    assert "pip install nvidia-cublas-cu12," in reason and "kokoro-gpu[cuda12]" in reason
 
 
 def _not_built(monkeypatch: pytest.MonkeyPatch, package: Any, installed: Any, editable: bool) -> str | None:

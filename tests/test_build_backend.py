@@ -31,9 +31,9 @@ def backend() -> ModuleType:
 
 
 def test_metadata_gets_the_requirements_in_its_headers(backend: ModuleType) -> None:
-    out = backend.with_requirements(METADATA, ["nvidia-cufft>=12,<13", "numpy>=1.24"])
+    out = backend.with_requirements(METADATA, ["nvidia-cublas>=13,<14", "numpy>=1.24"])
     head, body = out.split("\n\n", 1)
-    assert head.splitlines()[-1] == "Requires-Dist: nvidia-cufft>=12,<13"
+    assert head.splitlines()[-1] == "Requires-Dist: nvidia-cublas>=13,<14"
     assert head.count("Requires-Dist: numpy>=1.24") == 1  # not added twice
     assert body == "# kokoro_gpu\n\nText.\n"
 
@@ -52,12 +52,12 @@ def _wheel(path: Path, with_engine: bool) -> Path:
 
 def test_a_wheel_with_the_engine_declares_its_libraries(backend: ModuleType, tmp_path: Path) -> None:
     wheel = _wheel(tmp_path / "kokoro_gpu-0.1.0-cp311-cp311-linux_x86_64.whl", with_engine=True)
-    assert backend.add_requirements_to_wheel(wheel, ["nvidia-cufft>=12,<13", "nvidia-cublas>=13,<14"])
+    assert backend.add_requirements_to_wheel(wheel, ["nvidia-cublas>=13,<14"])
     with zipfile.ZipFile(wheel) as z:
         metadata = z.read("kokoro-gpu-0.1.0.dist-info/METADATA")
         record = z.read("kokoro-gpu-0.1.0.dist-info/RECORD").decode().splitlines()
         assert z.read("kokoro_gpu/__init__.py") == b"x = 1\n"
-    assert b"Requires-Dist: nvidia-cufft>=12,<13\nRequires-Dist: nvidia-cublas>=13,<14\n" in metadata
+    assert b"Requires-Dist: nvidia-cublas>=13,<14\n" in metadata
     digest = base64.urlsafe_b64encode(hashlib.sha256(metadata).digest()).rstrip(b"=").decode()
     assert f"kokoro-gpu-0.1.0.dist-info/METADATA,sha256={digest},{len(metadata)}" in record
     assert "kokoro_gpu/__init__.py,sha256=old,6" in record
@@ -66,13 +66,13 @@ def test_a_wheel_with_the_engine_declares_its_libraries(backend: ModuleType, tmp
 def test_a_wheel_without_the_engine_is_left_alone(backend: ModuleType, tmp_path: Path) -> None:
     wheel = _wheel(tmp_path / "kokoro_gpu-0.1.0-py3-none-any.whl", with_engine=False)
     before = wheel.read_bytes()
-    assert not backend.add_requirements_to_wheel(wheel, ["nvidia-cufft-cu12"])
+    assert not backend.add_requirements_to_wheel(wheel, ["nvidia-cublas-cu12"])
     assert wheel.read_bytes() == before
 
 
 @pytest.mark.parametrize(("major", "expected"), [
-    (12, ["nvidia-cufft-cu12", "nvidia-cublas-cu12"]),
-    (13, ["nvidia-cufft>=12,<13", "nvidia-cublas>=13,<14"]),
+    (12, ["nvidia-cublas-cu12"]),
+    (13, ["nvidia-cublas>=13,<14"]),
     (11, []),
 ])
 def test_requirements_follow_nvcc(
@@ -100,10 +100,10 @@ def test_prepared_metadata_declares_the_libraries(
     backend: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """What pip resolves from: scikit-build-core's metadata for this project, plus the libraries."""
-    wanted = ["nvidia-cufft>=12,<13", "nvidia-cublas>=13,<14"]
+    wanted = ["nvidia-cublas>=13,<14"]
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(backend, "cuda_library_requirements", lambda config_settings=None: wanted)
     name = backend.prepare_metadata_for_build_wheel(str(tmp_path), {"build-dir": str(tmp_path / "build")})
     head = (tmp_path / name / "METADATA").read_text(encoding="utf-8").split("\n\n", 1)[0]
     requires = [line.removeprefix("Requires-Dist: ") for line in head.splitlines() if "Requires-Dist" in line]
-    assert requires[-2:] == wanted and "misaki==0.9.4" in requires
+    assert requires[-1:] == wanted and "misaki==0.9.4" in requires

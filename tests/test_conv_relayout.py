@@ -1,8 +1,8 @@
 """The conv weight relayouts of the native engine (native/ops/conv_relayout.cu), on the host: no GPU.
 
 The relayouts are host code; this test compiles them with the system C++ compiler into a small driver
-(native/tools/conv_relayout_tool.cpp), which needs the CUDA headers (cuda_fp16.h, and the cuBLAS and
-cuFFT headers that ops.h names) but no GPU, and checks each layout against NumPy:
+(native/tools/conv_relayout_tool.cpp), which needs the CUDA headers (cuda_fp16.h, and the cuBLAS
+headers that ops.h names) but no GPU, and checks each layout against NumPy:
 - the ops' layout moves the kernel axis to the middle;
 - half rows hold fp16(w * scale) (split: plus fp16 of the remainder) with scale a power of two, the
   rows padded to a multiple of 8 with zeros;
