@@ -9,7 +9,7 @@ import pytest
 
 from kokoro_gpu import ops
 from kokoro_gpu.ops import conv as conv_module
-from kokoro_gpu.ops import fast_conv, parallel
+from kokoro_gpu.ops import fast_conv, norm, parallel, polyphase
 
 
 @pytest.fixture
@@ -172,6 +172,21 @@ def test_instance_norm_and_adain(rng):
         ops.adain(x, gb, "snake")
 
 
+@pytest.mark.parametrize("act", [None, "leaky_relu", "snake"])
+def test_adain_blocks_of_channels_change_nothing(rng, monkeypatch, act):
+    """Channel blocks (one channel each here) give exactly the one-block result, in float32."""
+    x = (rng.standard_normal((5, 300)) * 3 + 1).astype(np.float32)
+    gb = rng.standard_normal(10).astype(np.float32)
+    alpha = (rng.random(5) + 0.2).astype(np.float32)
+    whole = ops.adain(x, gb, act, alpha=alpha)
+    monkeypatch.setattr(norm, "_BLOCK_ELEMS", 1)
+    blocked = ops.adain(x, gb, act, alpha=alpha)
+    assert blocked.dtype == np.float32
+    np.testing.assert_array_equal(blocked, whole)
+    truth = ops.adain(x.astype(np.float64), gb.astype(np.float64), act, alpha=alpha.astype(np.float64))
+    np.testing.assert_allclose(blocked, truth, rtol=1e-5, atol=1e-5)
+
+
 # -------------------------------------------------------------------- conv
 
 
@@ -257,7 +272,7 @@ _PREPARED_SHAPES = [  # (c_in, c_out, k, pad, dilation, t_len)
 
 @pytest.mark.parametrize(
     ("method", "c_in", "c_out", "k", "pad", "dilation", "t_len"),
-    [(m, *shape) for m in ("gemm", "winograd", "fft") for shape in _PREPARED_SHAPES
+    [(m, *shape) for m in ("gemm", "winograd", "dft") for shape in _PREPARED_SHAPES
      if m != "winograd" or shape[2] == 3],  # Winograd is prepared for K = 3
 )
 def test_prepared_conv1d_matches_naive_loop(rng, method, c_in, c_out, k, pad, dilation, t_len):
@@ -270,14 +285,14 @@ def test_prepared_conv1d_matches_naive_loop(rng, method, c_in, c_out, k, pad, di
     np.testing.assert_allclose(y, expected, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize(("method", "k"), [("winograd", 3), ("fft", 7), ("fft", 11)])
+@pytest.mark.parametrize(("method", "k"), [("winograd", 3), ("dft", 7), ("dft", 11)])
 def test_prepared_conv1d_float32_chunked(rng, monkeypatch, method, k):
     """float32 within float32 rounding of the float64 truth; chunks of columns change nothing."""
     x = rng.standard_normal((16, 700)).astype(np.float32)
     w = (rng.standard_normal((8, 16, k)) / np.sqrt(16 * k)).astype(np.float32)
     conv = fast_conv.PreparedConv1d(w, None, pad=3 * (k - 1) // 2, dilation=3, method=method)
     whole = conv(x)
-    monkeypatch.setattr(fast_conv, "_TILE_CHUNK_ELEMS", 4000)  # a few tiles per chunk
+    monkeypatch.setattr(fast_conv, "_CHUNK_COLUMNS", 60)  # a few tiles per chunk
     chunked = conv(x)
     assert chunked.dtype == np.float32
     np.testing.assert_allclose(chunked, whole, rtol=1e-6, atol=1e-6)
@@ -295,9 +310,19 @@ def test_winograd_matrices_compute_correlation(rng):
         fast_conv.winograd_matrices(4, 3, (0.0, 1.0))
 
 
+@pytest.mark.parametrize(("n", "k"), [(32, 11), (32, 7), (8, 3), (24, 5)])
+def test_dft_matrices_compute_correlation(rng, n, k):
+    b_t, g, a_t = fast_conv.dft_matrices(n, k)
+    m, points = n - k + 1, 3 * n // 2 - 1
+    assert b_t.shape == (points, n) and g.shape == (points, k) and a_t.shape == (m, points)
+    x, w = rng.standard_normal(n), rng.standard_normal(k)
+    expected = [x[j : j + k] @ w for j in range(m)]
+    np.testing.assert_allclose(a_t @ ((g @ w) * (b_t @ x)), expected, rtol=1e-12, atol=1e-12)
+
+
 def test_choose_method_by_shape():
     assert fast_conv.choose_method(3, 128, 128) == "winograd"
-    assert fast_conv.choose_method(11, 256, 256) == "fft"
+    assert fast_conv.choose_method(11, 256, 256) == "dft"
     assert fast_conv.choose_method(7, 22, 128) == "gemm"  # few input channels: direct
     assert fast_conv.choose_method(5, 512, 512) == "gemm"
 
@@ -344,6 +369,30 @@ def test_conv_transpose1d_matches_naive_loop(rng, c_in, c_out, k, stride, pad, o
     t_out = ops.conv_transpose1d_out_len(9, k, stride, pad, output_padding)
     assert y.shape == expected.shape == (c_out, t_out)
     np.testing.assert_allclose(y, expected, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize(
+    ("c_in", "c_out", "k", "stride", "pad", "output_padding", "t_len"),
+    [
+        (3, 4, 20, 10, 5, 0, 9),  # the ups[0] geometry
+        (4, 3, 12, 6, 3, 0, 9),  # the ups[1] geometry
+        (4, 6, 3, 2, 0, 1, 9),  # output_padding past the last tap
+        (3, 2, 7, 3, 4, 2, 7),  # K not a multiple of the stride, pad beyond a phase
+        (2, 3, 4, 1, 2, 0, 1),  # one input sample
+    ],
+)
+def test_polyphase_conv_transpose1d_matches_naive_loop(rng, monkeypatch, c_in, c_out, k, stride, pad,
+                                                      output_padding, t_len):
+    x = rng.standard_normal((c_in, t_len))
+    w = rng.standard_normal((c_in, c_out, k))
+    b = rng.standard_normal(c_out)
+    conv = polyphase.PreparedConvTranspose1d(w, b, stride, pad, output_padding)
+    expected = _naive_conv_transpose1d(x, w, b, stride, pad, output_padding, 1)
+    y = conv(x)
+    assert y.shape == expected.shape and y.dtype == np.float64
+    np.testing.assert_allclose(y, expected, rtol=1e-11, atol=1e-11)
+    monkeypatch.setattr(polyphase, "_CHUNK_ELEMS", 1)  # one input column per chunk
+    np.testing.assert_allclose(conv(x), y, rtol=1e-13, atol=1e-13)
 
 
 @pytest.mark.parametrize(("k", "stride", "pad", "groups"), [(5, 2, 2, 1), (4, 3, 1, 1), (3, 2, 1, 4)])

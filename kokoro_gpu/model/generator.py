@@ -10,7 +10,6 @@ import numpy as np
 
 from ..config import SAMPLE_RATE, ModelConfig
 from ..ops import (
-    conv_transpose1d,
     harmonic_source,
     istft_from_logits,
     leaky_relu,
@@ -18,6 +17,7 @@ from ..ops import (
     stft_mag_phase,
 )
 from ..ops.parallel import run_parallel, spawn
+from ..ops.polyphase import PreparedConvTranspose1d
 from .blocks import AdaINResBlock1, Conv1d, FloatType, Params, Weights, record
 
 # The source branch's residual blocks have fixed dilations in the official
@@ -32,9 +32,9 @@ class _Stage:
         ist = config.istftnet
         rates = [int(r) for r in ist["upsample_rates"]]
         self.rate = rates[i]
-        self.ups_w = p(f"ups.{i}.weight")
-        self.ups_b = p(f"ups.{i}.bias")
-        self.ups_pad = (self.ups_w.shape[-1] - self.rate) // 2
+        ups_w = p(f"ups.{i}.weight")
+        pad = (ups_w.shape[-1] - self.rate) // 2
+        self.ups = PreparedConvTranspose1d(ups_w, p(f"ups.{i}.bias"), self.rate, pad)
         self.last = last
         if last:
             self.noise_conv = Conv1d(p.sub(f"noise_convs.{i}"))
@@ -53,7 +53,7 @@ class _Stage:
 
     def __call__(self, x: np.ndarray, x_source: Future[np.ndarray], s: np.ndarray) -> np.ndarray:
         x = leaky_relu(x, 0.1)
-        x = conv_transpose1d(x, self.ups_w, self.ups_b, stride=self.rate, pad=self.ups_pad)
+        x = self.ups(x)
         if self.last:
             x = reflection_pad(x, 1, 0)
         x += x_source.result()

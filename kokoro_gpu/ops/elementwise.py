@@ -21,11 +21,14 @@ def leaky_relu(x: np.ndarray, slope: float) -> np.ndarray:
     return np.maximum(x, x * x.dtype.type(slope))
 
 
-def snake(x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """Snake activation ``x + sin(alpha x)^2 / alpha`` with one alpha per channel: x [C, T], alpha [C]."""
+def snake(x: np.ndarray, alpha: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Snake activation ``x + sin(alpha x)^2 / alpha`` with one alpha per channel: x [C, T], alpha [C].
+
+    Written into ``out`` (not ``x``) when given.
+    """
     a = alpha.reshape(-1, 1)
-    # In place on one temporary: each pass over a long generator sequence costs memory bandwidth.
-    y = np.multiply(a, x)
+    # In place on one array: each pass over a long generator sequence costs memory bandwidth.
+    y = np.multiply(a, x, out=out)
     np.sin(y, out=y)
     np.square(y, out=y)
     y *= 1.0 / a

@@ -4,22 +4,31 @@
 computes the same function (stride 1, any dilation and padding) by one of:
 
 - ``"gemm"``: im2col and one GEMM, the weight laid out once as ``[Cout, Cin K]``;
-- ``"winograd"``: Winograd's minimal filtering F(m, K) (Lavin & Gray, 2016): the
-  output is cut into tiles of m samples, each tile's m + K - 1 inputs are mapped
-  by B^T onto m + K - 1 points, every point is one GEMM of the transformed
-  weights G w [Cout, Cin] with the transformed inputs, and A^T maps the points
-  back to the m outputs: (m + K - 1) / (m K) of the direct multiplications;
-- ``"fft"``: the same tiling with the real DFT of length L as the transform
-  (overlap-save; scipy.fft, which transforms float32 in float32 and takes the
-  tiles as a strided view): L / 2 + 1 complex points, each a complex GEMM of
-  the kernel's conjugate spectrum; for large K it needs far fewer
-  multiplications than the direct form (K = 11, L = 64: ~4x fewer) and keeps
-  float32 rounding at the direct GEMM's level.
+- a fast transform (Lavin & Gray, 2016): the output is cut into tiles of m
+  samples; each tile's n = m + K - 1 inputs are mapped by a matrix B^T onto P
+  points, every point is one GEMM of the transformed weights ``(G w)[p]``
+  [Cout, Cin] with the transformed inputs, and A^T maps the P products back
+  to the m outputs, so that ``y = A^T ((G w) * (B^T x))`` tile by tile:
+
+  - ``"winograd"``: Winograd's minimal filtering F(6, 3), P = n = 8 points:
+    8 / 18 of the direct multiplications for K = 3;
+  - ``"dft"``: overlap-save with the real DFT of length n as the transform, each
+    complex product of a bin done as three real ones (Gauss's trick, so every
+    point is a real GEMM like Winograd's): P = 3 n / 2 - 1 points, for K = 11
+    and n = 32 a fifth of the direct multiplications, with float32 rounding
+    at the direct GEMM's level (the DFT is orthogonal up to scale).
+
+Both transforms run as GEMMs on contiguous data: the tiles are copied out as
+rows [Cin tiles, n] (an overlapping strided view, read in runs of n samples),
+``B^T`` multiplies them transposed, so the points come out as [P, Cin tiles]
+ready for the per-point GEMMs, and ``A^T`` multiplies the products transposed,
+so the outputs come out as [Cout tiles, m], already in time order. No step
+transposes data in memory, which is what costs most on long sequences.
 
 Dilation d is handled exactly: output sample ``r + d t`` only reads inputs
 ``r + d (t + i)``, so the d phases are d independent undilated convolutions,
-tiled side by side as extra GEMM columns. The tiles, the GEMMs and the
-inverse transform run in chunks of columns to bound memory on long inputs.
+tiled side by side as extra GEMM columns. Everything runs in chunks of tiles
+that bound memory (and stay in cache) on long inputs.
 """
 
 from __future__ import annotations
@@ -29,22 +38,24 @@ from functools import partial
 from typing import Literal
 
 import numpy as np
-import scipy.fft
 from numpy.lib.stride_tricks import as_strided
 
 from .conv import conv1d, conv1d_out_len
 from .parallel import run_parallel, worker_count
 
-Method = Literal["gemm", "winograd", "fft"]
+Method = Literal["gemm", "winograd", "dft"]
 
-# Elements of one chunk of input tiles: bounds the transform-domain buffers
-# (a few times this) on long generator sequences while keeping GEMMs large.
-_TILE_CHUNK_ELEMS = 1 << 21
+# Output columns (tiles x m x dilation) of one chunk: the points of a chunk
+# (P x C of them per tile) stay within the caches while keeping GEMMs large.
+_CHUNK_COLUMNS = 1 << 12
 # Output channels from which a "gemm" layer is split across worker threads.
 _SPLIT_MIN_CHANNELS = 256
 # Interpolation points of Winograd F(6, 3) (plus the point at infinity): the
 # usual small, exactly representable set, accurate in float32.
 _WINOGRAD_POINTS = {3: (0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5)}
+# DFT tile length per kernel size: the fewest multiplications counting the
+# transforms' (B^T and A^T grow with n, the points per output shrink).
+_DFT_LENGTH = {7: 32, 11: 32}
 
 
 def winograd_matrices(m: int, r: int, points: tuple[float, ...]) -> tuple[np.ndarray, ...]:
@@ -76,18 +87,44 @@ def winograd_matrices(m: int, r: int, points: tuple[float, ...]) -> tuple[np.nda
     return b_t, g, a_t
 
 
+def dft_matrices(n: int, r: int) -> tuple[np.ndarray, ...]:
+    """(B^T [P, n], G [P, r], A^T [m, P]) of overlap-save correlation with the real DFT of length n.
+
+    ``y[j] = sum_i w[i] x[j + i]`` for j < m = n - r + 1 equals
+    ``A^T ((G w) * (B^T x))``. Bin b's spectrum times the kernel's conjugate
+    spectrum, ``(xr + i xi)(vr + i vi)``, is taken as three real products
+    ``t1 = vr xr``, ``t2 = vi xi``, ``t3 = (vr + vi)(xr + xi)`` (real part
+    ``t1 - t2``, imaginary part ``t3 - t1 - t2``), and A^T folds those sums
+    into the inverse real DFT. Bins 0 and n / 2 are real: one point each.
+    P = 3 n / 2 - 1. float64.
+    """
+    m = n - r + 1
+    b_rows, g_rows, a_cols = [], [], []
+    for b in range(n // 2 + 1):
+        cos_l, sin_l = np.cos(2 * np.pi * b * np.arange(n) / n), np.sin(2 * np.pi * b * np.arange(n) / n)
+        cos_i, sin_i = cos_l[:r], sin_l[:r]
+        cos_j, sin_j = cos_l[:m], sin_l[:m]
+        if b in (0, n // 2):
+            b_rows.append(cos_l)
+            g_rows.append(cos_i)
+            a_cols.append(cos_j / n)
+            continue
+        # x's spectrum: xr = sum x cos, xi = -sum x sin; the kernel's conjugate: vr = sum w cos,
+        # vi = sum w sin.
+        b_rows += [cos_l, -sin_l, cos_l - sin_l]
+        g_rows += [cos_i, sin_i, cos_i + sin_i]
+        # (2 / n) Re((yr + i yi) e^{i theta}) = (2 / n) (yr cos - yi sin), in t1, t2, t3.
+        a_cols += [2 / n * (cos_j + sin_j), 2 / n * (sin_j - cos_j), -2 / n * sin_j]
+    return np.array(b_rows), np.array(g_rows), np.array(a_cols).T
+
+
 def choose_method(k: int, c_in: int, c_out: int) -> Method:
     """The method with the fewest operations for this shape (measured on AVX2/AVX-512 CPUs)."""
     if k == 3 and min(c_in, c_out) >= 64:
         return "winograd"
-    if k >= 7 and min(c_in, c_out) >= 64:
-        return "fft"
+    if k in _DFT_LENGTH and min(c_in, c_out) >= 64:
+        return "dft"
     return "gemm"
-
-
-def _fft_length(k: int) -> int:
-    """Tile length of the overlap-save DFT: ~5 K, a power of two (64 for K = 11, 32 for K = 7)."""
-    return 1 << max(4, math.ceil(math.log2(4 * k)))
 
 
 class PreparedConv1d:
@@ -109,79 +146,63 @@ class PreparedConv1d:
         self.c_out, self.c_in, self.k = w.shape
         self.dtype = w.dtype
         self.pad, self.dilation = pad, dilation
-        self.b = None if b is None else np.ascontiguousarray(b[:, None])
+        self.b = None if b is None else np.ascontiguousarray(b, dtype=w.dtype)
         self.method = method or choose_method(self.k, self.c_in, self.c_out)
-        w64 = w.astype(np.float64)
         if self.method == "gemm":
             # Large layers are split by output channels, one part per worker thread.
             parts = worker_count() if self.c_out >= _SPLIT_MIN_CHANNELS else 1
             self.w_parts = [np.ascontiguousarray(p) for p in np.array_split(w, parts)]
             return
         if self.method == "winograd":
-            self.m = 6 if self.k == 3 else 2
-            points = _WINOGRAD_POINTS[self.k]
-            b_t, g, a_t = winograd_matrices(self.m, self.k, points)
-            self.n = self.m + self.k - 1
-            self.forward_t = b_t  # [n, n]
-            self.inverse_t = a_t  # [m, n]
-            point_w = np.einsum("pi,oci->poc", g, w64)  # [n, Cout, Cin]
-        elif self.method == "fft":
-            self.n = _fft_length(self.k)
-            self.m = self.n - self.k + 1
-            # Correlation: the tile's spectrum times the conjugate spectrum of the kernel.
-            spec = np.conj(np.fft.rfft(w64, n=self.n, axis=-1)).transpose(2, 0, 1)  # [bins, Cout, Cin]
-            self.point_w = np.ascontiguousarray(spec, dtype=np.result_type(self.dtype, np.complex64))
-            return
+            b_t, g, a_t = winograd_matrices(6, self.k, _WINOGRAD_POINTS[self.k])
+        elif self.method == "dft":
+            b_t, g, a_t = dft_matrices(_DFT_LENGTH.get(self.k, 1 << math.ceil(math.log2(3 * self.k))), self.k)
         else:
             raise ValueError(f"unknown conv method {method!r}")
-        self.forward_t = np.ascontiguousarray(self.forward_t, dtype=self.dtype)
-        self.inverse_t = np.ascontiguousarray(self.inverse_t, dtype=self.dtype)
-        self.point_w = np.ascontiguousarray(point_w, dtype=self.dtype)
-
-    def _to_points(self, tiles: np.ndarray) -> np.ndarray:
-        """Input tiles [n, Cin, cols...] -> their transform [points, Cin, cols]."""
-        points = self.point_w.shape[0]
-        if self.method == "fft":
-            return scipy.fft.rfft(tiles, axis=0).reshape(points, self.c_in, -1)
-        return (self.forward_t @ tiles.reshape(self.n, -1)).reshape(points, self.c_in, -1)
-
-    def _from_points(self, out: np.ndarray) -> np.ndarray:
-        """Products [points, Cout, cols] -> the tiles' m outputs [m, Cout, cols]."""
-        if self.method == "fft":
-            return scipy.fft.irfft(out, n=self.n, axis=0)[: self.m]
-        return (self.inverse_t @ out.reshape(out.shape[0], -1)).reshape(self.m, self.c_out, -1)
+        self.m, self.n = a_t.shape[0], b_t.shape[1]
+        self.forward_t = np.ascontiguousarray(b_t, dtype=self.dtype)  # [P, n]
+        self.inverse_t = np.ascontiguousarray(a_t.T, dtype=self.dtype)  # [P, m]
+        self.point_w = np.ascontiguousarray(np.einsum("pi,oci->poc", g, w.astype(np.float64)),
+                                            dtype=self.dtype)  # [P, Cout, Cin]
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        if self.method == "gemm":
-            parts = run_parallel([partial(conv1d, x, w, pad=self.pad, dilation=self.dilation)
-                                  for w in self.w_parts])
-            y = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        else:
-            y = self._tiled(x)
+        if self.method != "gemm":
+            return self._tiled(x)
+        parts = run_parallel([partial(conv1d, x, w, pad=self.pad, dilation=self.dilation)
+                              for w in self.w_parts])
+        y = parts[0] if len(parts) == 1 else np.concatenate(parts)
         if self.b is not None:
-            y += self.b
+            y += self.b[:, None]
         return y
 
     def _tiled(self, x: np.ndarray) -> np.ndarray:
         c_in, t_in = x.shape
         if c_in != self.c_in:
             raise ValueError(f"conv: x has {c_in} channels, the weights {self.c_in}")
-        d, m, n = self.dilation, self.m, self.n
+        d, m, n, c_out = self.dilation, self.m, self.n, self.c_out
+        points = self.forward_t.shape[0]
         t_out = conv1d_out_len(t_in, self.k, 1, self.pad, d)
         if t_out <= 0:
             raise ValueError(f"conv: input of length {t_in} is too short for kernel {self.k} (dilation {d})")
         n_tiles = math.ceil(math.ceil(t_out / d) / m)  # tiles of m outputs per phase
         xp = np.zeros((c_in, d * (n_tiles * m + self.k - 1)), dtype=self.dtype)
         xp[:, self.pad : self.pad + t_in] = x
-        y = np.empty((self.c_out, n_tiles * m * d), dtype=self.dtype)
+        y = np.empty((c_out, n_tiles * m * d), dtype=self.dtype)
         es = xp.itemsize
-        step = max(1, _TILE_CHUNK_ELEMS // (c_in * n * d))
+        step = max(1, _CHUNK_COLUMNS // (m * d))
         for s in range(0, n_tiles, step):
             nt = min(step, n_tiles - s)
-            # tiles[j, i, u, r] = xp[i, r + d ((s + u) m + j)]: tile input j of phase r, tile s + u.
-            tiles = as_strided(xp[:, s * m * d :], shape=(n, c_in, nt, d),
-                               strides=(d * es, xp.strides[0], m * d * es, es), writeable=False)
-            yt = self._from_points(self.point_w @ self._to_points(tiles))  # [m, Cout, cols]
-            y[:, s * m * d : (s + nt) * m * d].reshape(self.c_out, nt, m, d)[...] = (
-                yt.reshape(m, self.c_out, nt, d).transpose(1, 2, 0, 3))
+            # tiles[i, r, u, j] = xp[i, r + d ((s + u) m + j)]: tile input j of phase r, tile s + u.
+            tiles = as_strided(xp[:, s * m * d :], shape=(c_in, d, nt, n),
+                               strides=(xp.strides[0], es, m * d * es, d * es), writeable=False)
+            x_points = self.forward_t @ tiles.reshape(c_in * d * nt, n).T  # [P, Cin d nt]
+            products = self.point_w @ x_points.reshape(points, c_in, d * nt)  # [P, Cout, d nt]
+            out = products.reshape(points, c_out * d * nt).T @ self.inverse_t  # [Cout d nt, m]
+            if self.b is not None:
+                out.reshape(c_out, -1)[...] += self.b[:, None]
+            dst = y[:, s * m * d : (s + nt) * m * d]
+            if d == 1:
+                dst[...] = out.reshape(c_out, nt * m)
+            else:  # phase r's sample j of tile u is output r + d (u m + j)
+                dst.reshape(c_out, nt, m, d)[...] = out.reshape(c_out, d, nt, m).transpose(0, 2, 3, 1)
         return y[:, :t_out]

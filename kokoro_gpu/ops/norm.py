@@ -9,7 +9,10 @@ from typing import Literal
 
 import numpy as np
 
-from .elementwise import leaky_relu, snake
+from .elementwise import snake
+
+# Elements of one block of channels in adain: the block and its temporaries stay in cache.
+_BLOCK_ELEMS = 1 << 17
 
 
 def _normalize(x: np.ndarray, axis: int, eps: float) -> np.ndarray:
@@ -58,6 +61,13 @@ def instance_norm(x: np.ndarray, eps: float = 1e-5) -> np.ndarray:
     return _normalize(x, -1, eps)
 
 
+def _row_blocks(shape: tuple[int, int]) -> list[slice]:
+    """Ranges of channels (rows) of ``[C, T]`` holding about ``_BLOCK_ELEMS`` elements each."""
+    channels, t_len = shape
+    rows = max(1, _BLOCK_ELEMS // max(1, t_len))
+    return [slice(c, min(c + rows, channels)) for c in range(0, channels, rows)]
+
+
 def adain(
     x: np.ndarray,
     style_gb: np.ndarray,
@@ -70,20 +80,29 @@ def adain(
 
     ``style_gb [2C]`` holds gamma then beta (the style projection ``fc(s)``).
     ``act="leaky_relu"`` uses ``slope``; ``act="snake"`` uses ``alpha [C]``.
+    Computed block by block of whole channels: every step of a block (its
+    statistics, the normalisation, the activation) runs while the block is in
+    cache, so the sequence is read once and written once; on the generator's
+    long sequences each pass over memory costs more than the math.
     """
+    if act not in (None, "leaky_relu", "snake"):
+        raise ValueError(f"unknown activation {act!r}")
+    if act == "snake" and alpha is None:
+        raise ValueError("adain with act='snake' needs alpha")
     gamma, beta = _split_style(style_gb)
-    # (x - mean) * ((1 + gamma) / std) + beta, on one temporary.
-    mean = x.mean(axis=-1, keepdims=True)
-    y = np.subtract(x, mean)
-    var = np.square(y).mean(axis=-1, keepdims=True)  # pairwise summation, as mean's
-    y *= (1 + gamma[:, None]) / np.sqrt(var + x.dtype.type(eps))
-    y += beta[:, None]
-    if act is None:
-        return y
-    if act == "leaky_relu":
-        return leaky_relu(y, slope)
-    if act == "snake":
-        if alpha is None:
-            raise ValueError("adain with act='snake' needs alpha")
-        return snake(y, alpha)
-    raise ValueError(f"unknown activation {act!r}")
+    one, eps_t, slope_t = x.dtype.type(1), x.dtype.type(eps), x.dtype.type(slope)
+    out = np.empty(x.shape, dtype=x.dtype)
+    for rows in _row_blocks(x.shape):
+        dst = out[rows]
+        # (x - mean) * ((1 + gamma) / std) + beta, on one temporary; dst holds the squares meanwhile.
+        y = np.subtract(x[rows], x[rows].mean(axis=-1, keepdims=True))
+        var = np.square(y, out=dst).mean(axis=-1, keepdims=True)  # pairwise summation, as mean's
+        y *= (one + gamma[rows, None]) / np.sqrt(var + eps_t)
+        y += beta[rows, None]
+        if act == "leaky_relu":
+            np.maximum(y, np.multiply(y, slope_t, out=dst), out=dst)
+        elif act == "snake":
+            snake(y, alpha[rows], out=dst)
+        else:
+            dst[...] = y
+    return out
