@@ -42,7 +42,20 @@ def test_stft_mag_phase(rng: np.random.Generator, n: int) -> None:
     assert worst < 1e-4
 
 
-@pytest.mark.parametrize("frames", [2, 3, 121, 1201])
+def test_stft_real_bins_phase_is_zero_or_pi(rng: np.random.Generator) -> None:
+    # The DC and Nyquist bins of a real signal are real: their phase is 0 or +pi as atan2 of an
+    # imaginary part of +0 gives it (a -0 would give -pi, a jump of 2 pi the noise convs see).
+    x = f32(np.tanh(rng.standard_normal(3001)))
+    got = gpu.stft_mag_phase(x)
+    want = ref.stft_mag_phase(f64(x))
+    bins = want.shape[0] // 2
+    for b in (0, bins - 1):
+        assert set(np.unique(got[bins + b]).tolist()) <= {0.0, float(np.float32(np.pi))}
+        assert np.array_equal(got[bins + b] == 0, want[bins + b] == 0)
+
+
+# 206 frames: 1025 output samples, one past the inverse kernel's run of 1024 per block.
+@pytest.mark.parametrize("frames", [2, 3, 121, 206, 1201])
 def test_istft_from_logits(rng: np.random.Generator, frames: int) -> None:
     logits = f32(np.concatenate([rng.standard_normal((11, frames)), rng.standard_normal((11, frames)) * 2]))
     check(

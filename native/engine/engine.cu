@@ -25,10 +25,16 @@ namespace kokoro {
 
 namespace {
 
-// A batch's token groups (Engine::forward_batch): at most this many
-// utterances and tokens each.
+// A batch's token groups (Engine::forward_batch, run_on_lane): at most this
+// many utterances and tokens each.
 constexpr size_t kMaxGroupUtterances = 16;
 constexpr size_t kMaxGroupRows = 2048;
+
+// Whether a group of `size` utterances and `rows` tokens takes one more of
+// `tokens` tokens (an empty group takes any).
+bool group_takes(size_t size, size_t rows, size_t tokens) {
+    return size == 0 || (size < kMaxGroupUtterances && rows + tokens <= kMaxGroupRows);
+}
 
 // Never launched: asking for its attributes tells whether this build holds
 // code the current GPU can run (SASS for it, or PTX it can JIT).
@@ -93,8 +99,7 @@ void Engine::run_on_lane(size_t index, const Utterance* first, size_t count,
     }
     for (size_t begin = 0; begin < count;) {
         size_t end = begin, rows = 0;
-        while (end < count && end - begin < kMaxGroupUtterances &&
-               (end == begin || rows + size_t(first[end].T) <= kMaxGroupRows)) {
+        while (end < count && group_takes(end - begin, rows, size_t(first[end].T))) {
             rows += size_t(first[end].T);
             ++end;
         }
@@ -214,9 +219,10 @@ std::vector<ForwardResult> Engine::forward_batch(const std::vector<Utterance>& u
             const size_t T = size_t(utterances[i].T);
             size_t best = groups.size();
             for (size_t g = 0; g < groups.size(); ++g) {
-                const bool fits = groups[g].size() < kMaxGroupUtterances &&
-                                  (groups[g].empty() || rows[g] + T <= kMaxGroupRows);
-                if (fits && (best == groups.size() || rows[g] < rows[best])) best = g;
+                if (group_takes(groups[g].size(), rows[g], T) &&
+                    (best == groups.size() || rows[g] < rows[best])) {
+                    best = g;
+                }
             }
             if (best == groups.size()) {
                 groups.emplace_back();

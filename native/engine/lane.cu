@@ -97,7 +97,6 @@ Lane::Lane(const ModelConfig& cfg, const DeviceWeights& weights, const Model& mo
       weights_(weights),
       precision_(precision),
       model_(model),
-      stft_(cfg.n_fft, cfg.hop),
       audio_pool_(std::move(audio_pool)) {
     // The critical path first: every stream but the side stream gets the
     // device's highest priority, so that the block scheduler gives free SMs
@@ -186,26 +185,24 @@ void Lane::set_phase_timing(bool on) {
     prefix_graphs_.clear();
 }
 
-template <typename Prepare, typename Body>
-void Lane::run_phase(GraphCache& cache, GraphKey key, bool capture, Prepare&& prepare,
-                     Body&& body) {
+template <typename Body>
+void Lane::run_phase(GraphCache& cache, GraphKey key, bool capture, Body&& body) {
     // A graph holds its launches' kinds and plans: whether the thread shares
     // the GPU is part of the key.
     key.push_back(gpu_shared());
     CachedGraph* entry = capture ? cache.find_or_note(key) : nullptr;
     if (entry == nullptr) {
-        body(stft_);
+        body();
         return;
     }
     cudaStream_t main = streams_[0].get();
     if (!entry->exec || entry->generation != ws_.generation()) {
         entry->exec.reset();
-        prepare(*entry);
         const uint64_t generation = ws_.generation();
         KOKORO_CUDA_CHECK(cudaStreamBeginCapture(main, cudaStreamCaptureModeRelaxed));
         cudaGraph_t graph = nullptr;
         try {
-            body(entry->stft ? *entry->stft : stft_);
+            body();
         } catch (...) {
             // Already failing: end the capture and report the first error.
             if (cudaStreamEndCapture(main, &graph) == cudaSuccess && graph != nullptr)
@@ -319,7 +316,7 @@ void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
             styles[i].projections[half] = projections[half] + int64_t(i) * bank_rows[half];
         }
     }
-    run_phase(token_graphs_, key, true, [](CachedGraph&) {}, [&](ops::Stft&) {
+    run_phase(token_graphs_, key, true, [&] {
         token_pass(ctx, side, ids_dev, style, tokens, styles,
                    {bert, d_en_rows, d, dur_lstm, logits, t_en});
     });
@@ -343,7 +340,7 @@ void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
     int32_t* frame_token = ws_.ints(Slot::kGroupFrameToken, frame_rows.rows());
     float* en_rows = ws_.floats(Slot::kGroupEnRows, int64_t(frame_rows.rows()) * width);
     float* shared_rows = ws_.floats(Slot::kGroupSharedRows, int64_t(frame_rows.rows()) * hid);
-    run_phase(prefix_graphs_, prefix_key, true, [](CachedGraph&) {}, [&](ops::Stft&) {
+    run_phase(prefix_graphs_, prefix_key, true, [&] {
         for (size_t i = 0; i < n; ++i) {
             const int64_t row = tokens.offset(int(i)), frame = frame_rows.offset(int(i));
             ops::frame_token_index(dur + row, tokens.length(int(i)), frame_token + frame, main);
@@ -359,11 +356,8 @@ void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
     // launches (or graph) while the GPU runs the previous one's, which a
     // first-seen shape (uncaptured) needs to keep the GPU busy. Everything
     // is ordered on the main stream, which each frame phase's other streams
-    // join; a slot that grows retires its old buffer until the wait, and the
-    // lane's uncaptured STFT is sized for the longest utterance first (its
-    // scratch must not move under a queued one).
+    // join; a slot that grows retires its old buffer until the wait.
     take_style_slots();
-    stft_.reserve(generator_spec_frames(cfg_, frame_rows.longest()));
     auto move = [&](void* to, const void* from, size_t bytes) {
         KOKORO_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, main));
     };
@@ -424,7 +418,7 @@ ForwardResult Lane::run(const Utterance& u, Trace* trace) {
     // encoder and head.
     const UtteranceRows tokens(T);
     const std::vector<UtteranceStyle> styles{{style + sd, {style_out_[0], style_out_[1]}}};
-    run_phase(token_graphs_, {T}, capture, [](CachedGraph&) {}, [&](ops::Stft&) {
+    run_phase(token_graphs_, {T}, capture, [&] {
         token_pass(ctx, side, ids_dev, style, tokens, styles,
                    {bert, d_en_rows, d, dur_lstm, logits, t_en});
     });
@@ -469,12 +463,7 @@ ForwardResult Lane::frames(const Utterance& u, std::vector<int32_t> durations, T
     const int64_t samples = 2 * int64_t(F) * cfg_.source_upsampling();
     float* audio = ws_.floats(Slot::kAudio, samples);
     const GraphKey frame_key{T, F, u.deterministic, aligned};
-    const int spec_frames = generator_spec_frames(cfg_, F);
-    auto prepare = [&](CachedGraph& entry) {
-        if (!entry.stft) entry.stft = std::make_unique<ops::Stft>(cfg_.n_fft, cfg_.hop);
-        entry.stft->reserve(spec_frames);
-    };
-    run_phase(frame_graphs_, frame_key, capture, prepare, [&](ops::Stft& stft) {
+    run_phase(frame_graphs_, frame_key, capture, [&] {
         if (!aligned) {
             ops::frame_token_index(dur, T, frame_token, main);
             ops::expand_frame_rows(d, frame_token, en_rows, width, F, main);
@@ -498,15 +487,15 @@ ForwardResult Lane::frames(const Utterance& u, std::vector<int32_t> durations, T
         ctx.record("N", n, {2 * F});
         ctx.record("t_en", t_en, {hid, T});
         side.wait_for(ctx);  // f0
-        const float* har = model_.generator.source(side, stft, f0, F, u.deterministic, seed);
+        const float* har = model_.generator.source(side, f0, F, u.deterministic, seed);
         side.mark("harmonic source, STFT (side stream)");
         const Context decoder = ctx.with_fast(fast(ModelPart::kDecoder));
         model_.decoder(decoder, resblocks[0].with_fast(fast(ModelPart::kDecoder)), t_en,
                        frame_token, T, F, f0, n, dec_out);
         decoder.mark("decoder");
         const Context generator = ctx.with_fast(fast(ModelPart::kGenerator));
-        model_.generator(generator, generator_schedule(generator, side, resblocks, F), stft,
-                         dec_out, har, F, audio);
+        model_.generator(generator, generator_schedule(generator, side, resblocks, F), dec_out,
+                         har, F, audio);
         generator.mark("conv_post, iSTFT");
     });
 

@@ -179,8 +179,8 @@ std::vector<int64_t> generator_stage_values(const ModelConfig& cfg, int F) {
     return values;
 }
 
-const float* Generator::source(const Context& ctx, ops::Stft& stft, const float* f0, int F,
-                               bool deterministic, const uint64_t* seed) const {
+const float* Generator::source(const Context& ctx, const float* f0, int F, bool deterministic,
+                               const uint64_t* seed) const {
     const ModelConfig& cfg = cfg_;
     const int f0_len = 2 * F;
     const int samples = f0_len * cfg.source_upsampling();
@@ -195,9 +195,9 @@ const float* Generator::source(const Context& ctx, ops::Stft& stft, const float*
     ctx.record("har_source", har_source, {samples});
     const int spec_rows = cfg.n_fft + 2;
     const int spec_frames = generator_spec_frames(cfg, F);
-    check_length("source STFT", stft.frames(samples), spec_frames);
+    check_length("source STFT", stft_.frames(samples), spec_frames);
     float* har = ctx.floats(Slot::kGeneratorHar, int64_t(spec_rows) * spec_frames);
-    stft.forward(har_source, samples, har, ctx.stream);
+    stft_.forward(har_source, samples, har, ctx.stream);
     ctx.record("har", har, {spec_rows, spec_frames});
     return har;
 }
@@ -248,7 +248,8 @@ Generator::Generator(const ModelConfig& cfg, const DeviceWeights& weights)
       conv_post_(weights, kGenerator + ".conv_post",
                  ConvShape{stage_channels(cfg, int(cfg.upsample_rates.size()) - 1),
                            cfg.n_fft + 2, kPostKernel}
-                     .with_pad((kPostKernel - 1) / 2)) {
+                     .with_pad((kPostKernel - 1) / 2)),
+      stft_(cfg.n_fft, cfg.hop) {
     const int n_stages = static_cast<int>(cfg.upsample_rates.size());
     const int n_kernels = static_cast<int>(cfg.resblock_kernel_sizes.size());
     for (int i = 0; i < n_stages; ++i) {
@@ -281,8 +282,8 @@ Generator::Generator(const ModelConfig& cfg, const DeviceWeights& weights)
     }
 }
 
-void Generator::operator()(const Context& ctx, const GeneratorSchedule& schedule, ops::Stft& stft,
-                           const float* x, const float* har, int F, float* audio) const {
+void Generator::operator()(const Context& ctx, const GeneratorSchedule& schedule, const float* x,
+                           const float* har, int F, float* audio) const {
     const Context& side = schedule.side;
     const ModelConfig& cfg = cfg_;
     const int spec_rows = cfg.n_fft + 2;
@@ -400,7 +401,7 @@ void Generator::operator()(const Context& ctx, const GeneratorSchedule& schedule
     float* logits = ctx.floats(Slot::kGeneratorLogits, int64_t(spec_rows) * s.t_out);
     conv_post_(ctx, stage_x, logits, s.t_out, nullptr, kPostSlope);
     ctx.record("gen_post", logits, {spec_rows, s.t_out});
-    stft.inverse_from_logits(logits, s.t_out, audio, ctx.stream);
+    stft_.inverse_from_logits(logits, s.t_out, audio, ctx.stream);
 }
 
 }  // namespace kokoro

@@ -1,4 +1,4 @@
-// Status checking for every CUDA, cuBLAS and cuFFT call. A failure becomes a
+// Status checking for every CUDA and cuBLAS call. A failure becomes a
 // kokoro::CudaError naming the operation (and, for allocations, the size);
 // the Python binding turns it into kokoro_gpu.BackendError.
 #pragma once
@@ -9,7 +9,6 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <cufft.h>
 
 namespace kokoro {
 
@@ -27,13 +26,6 @@ inline void check_cuda(cudaError_t status, const char* what) {
 inline void check_cublas(cublasStatus_t status, const char* what) {
     if (status != CUBLAS_STATUS_SUCCESS) {
         throw CudaError(std::string(what) + " failed: cuBLAS status " +
-                        std::to_string(static_cast<int>(status)));
-    }
-}
-
-inline void check_cufft(cufftResult status, const char* what) {
-    if (status != CUFFT_SUCCESS) {
-        throw CudaError(std::string(what) + " failed: cuFFT status " +
                         std::to_string(static_cast<int>(status)));
     }
 }
@@ -71,6 +63,5 @@ struct PinnedFree {
 
 #define KOKORO_CUDA_CHECK(call) ::kokoro::check_cuda((call), #call)
 #define KOKORO_CUBLAS_CHECK(call) ::kokoro::check_cublas((call), #call)
-#define KOKORO_CUFFT_CHECK(call) ::kokoro::check_cufft((call), #call)
 // After every kernel launch: configuration errors surface here, named.
 #define KOKORO_CHECK_LAUNCH(name) ::kokoro::check_cuda(cudaGetLastError(), "launch of " name)

@@ -10,7 +10,7 @@
 // before the durations read (keyed by the token count) and one for the part
 // after it (keyed by token count, frame count and determinism). A key seen
 // for the first time runs uncaptured; from the second time on its graph is
-// captured once and replayed. Errors: kokoro::CudaError (CUDA, cuBLAS, cuFFT
+// captured once and replayed. Errors: kokoro::CudaError (CUDA and cuBLAS
 // failures), WeightsError (missing or misshapen tensors), InvalidInput (bad
 // ids, style or speed).
 #pragma once

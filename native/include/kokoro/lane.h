@@ -72,12 +72,11 @@ constexpr int kSideStream = 1;
 const char* const kStreamTags[] = {"", ".side", ".res1", ".res2"};
 static_assert(sizeof(kStreamTags) / sizeof(kStreamTags[0]) == kStreams, "one name per stream");
 
-// A captured phase: the executable graph, the workspace generation it was
-// captured at, and (frame phase) the STFT plans its cuFFT nodes use.
+// A captured phase: the executable graph and the workspace generation it
+// was captured at.
 struct CachedGraph {
     Owned<cudaGraphExec_t, GraphExecDeleter> exec;
     uint64_t generation = 0;
-    std::unique_ptr<ops::Stft> stft;
 };
 
 // A graph's key: the shapes and choices its launches were captured with.
@@ -168,11 +167,11 @@ private:
     void token_pass(const Context& ctx, const Context& side, const int32_t* ids,
                     const float* ref_s, const UtteranceRows& tokens,
                     const std::vector<UtteranceStyle>& styles, const TokenOutputs& out) const;
-    // Enqueues `body(stft)` on the main stream: a replay of the graph cached
+    // Enqueues `body()` on the main stream: a replay of the graph cached
     // under `key`, else uncaptured on a key's first sight (or with a trace),
-    // else captured (after `prepare(entry)`) and launched.
-    template <typename Prepare, typename Body>
-    void run_phase(GraphCache& cache, GraphKey key, bool capture, Prepare&& prepare, Body&& body);
+    // else captured and launched.
+    template <typename Body>
+    void run_phase(GraphCache& cache, GraphKey key, bool capture, Body&& body);
 
     const ModelConfig& cfg_;
     const DeviceWeights& weights_;
@@ -187,7 +186,6 @@ private:
     Owned<cublasHandle_t, BlasDeleter> blas_[kStreams];
     Owned<cudaEvent_t, EventDeleter> events_[kStreams];
     Workspace ws_;
-    ops::Stft stft_;  // of uncaptured runs
     GraphCache token_graphs_, frame_graphs_;  // token phases: {T}, or a group's lengths
     GraphCache prefix_graphs_;                 // a group's frame prefix: lengths, frames
     SplitShapes split_shapes_, frame_split_shapes_;  // of a group's token and frame rows

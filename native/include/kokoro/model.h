@@ -239,13 +239,13 @@ public:
     // The harmonic source and its STFT: f0 [2F] -> har [n_fft + 2,
     // generator_spec_frames()] (a buffer of ctx's workspace). `seed` is a
     // device word, read only when !deterministic.
-    const float* source(const Context& ctx, ops::Stft& stft, const float* f0, int F,
-                        bool deterministic, const uint64_t* seed) const;
+    const float* source(const Context& ctx, const float* f0, int F, bool deterministic,
+                        const uint64_t* seed) const;
     // x [upsample_initial_channel, 2F] and the source har -> audio
     // [source_upsampling() * 2F], scheduled by `schedule`. ctx has waited
     // for all of its streams' work on return.
-    void operator()(const Context& ctx, const GeneratorSchedule& schedule, ops::Stft& stft,
-                    const float* x, const float* har, int F, float* audio) const;
+    void operator()(const Context& ctx, const GeneratorSchedule& schedule, const float* x,
+                    const float* har, int F, float* audio) const;
 
 private:
     // Source branch of stage i into the workspace slot kGeneratorSource i.
@@ -254,6 +254,7 @@ private:
     const float *source_linear_w_, *source_linear_b_;
     std::vector<GeneratorStage> stages_;
     Conv1d conv_post_;
+    ops::Stft stft_;
 };
 
 // ---------------------------------------------------------------- model.cu

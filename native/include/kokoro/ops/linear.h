@@ -11,7 +11,6 @@
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <cufft.h>
 
 namespace kokoro::ops {
 

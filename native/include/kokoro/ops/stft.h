@@ -4,55 +4,43 @@
 // one another: each holds the types the later ones use.)
 #pragma once
 
-#include <map>
-#include <vector>
-
 #include "kokoro/ops/attention.h"
 
 namespace kokoro::ops {
 
 // ------------------------------------------------------------------ stft.cu
-// Forward STFT of a signal (n_fft 20, hop 5, periodic Hann, centred with
-// reflect padding) as magnitude and phase: x [N] -> out [2 * (n_fft/2 + 1), frames]
-// (magnitudes first, then atan2 phases), frames = N / hop + 1. Batched cuFFT.
+// The generator's short-time Fourier transforms (torch.stft / torch.istft
+// with center=True, periodic Hann window of n_fft, hop `hop`), as direct
+// DFTs: n_fft is 20, where a transform is 11 bins of 20 products, so one
+// kernel per direction does the whole transform at any length, without
+// per-length FFT plans or scratch. Immutable once built (the window and the
+// twiddles on the device), so one object serves every lane and graph.
 class Stft {
 public:
+    // The largest n_fft the kernels take (their twiddles and a block's
+    // frames live in shared memory).
+    static constexpr int kMaxFft = 64;
     Stft(int n_fft, int hop);
     ~Stft();
     Stft(const Stft&) = delete;
     Stft& operator=(const Stft&) = delete;
     int frames(int n) const { return n / hop_ + 1; }
-    // Makes the plans and scratch for `frames` frames now (forward and
-    // inverse call it too), so that a graph capture that follows finds them.
-    // A plan per frame count is kept (up to kMaxPlans) and the scratch only
-    // grows, so that a call for a length already planned neither waits nor
-    // frees: work queued on its streams may still use them. Growing the
-    // scratch, or dropping the plans when there are kMaxPlans, first waits
-    // for the streams this object's work went to (not the device: another
-    // lane's thread may be capturing a graph).
-    void reserve(int frames);
-    // Forward: magnitude and phase of x [n], n > n_fft / 2 (reflect padding).
-    void forward(const float* x, int n, float* out, cudaStream_t stream);
+    // Magnitude and phase of x [n], n > n_fft / 2 (reflect padding): out
+    // [2 * (n_fft/2 + 1), frames(n)], magnitudes, then atan2 phases.
+    void forward(const float* x, int n, float* out, cudaStream_t stream) const;
     // Spectral head + inverse: logits [2 * (n_fft/2 + 1), frames] ->
     // spec = exp(logits[:bins]), phase = sin(logits[bins:]), complex spectrum
-    // spec * e^{i phase}, inverse FFT, window, overlap-add, divided by the
+    // spec * e^{i phase}, inverse DFT, window, overlap-add, divided by the
     // window-square envelope, centre trimmed: audio [hop * (frames - 1)].
-    void inverse_from_logits(const float* logits, int frames, float* audio, cudaStream_t stream);
+    void inverse_from_logits(const float* logits, int frames, float* audio,
+                             cudaStream_t stream) const;
 
 private:
-    static constexpr size_t kMaxPlans = 64;
-    struct Plans {
-        cufftHandle forward = 0, inverse = 0;
-    };
-    void destroy_plans();
-    void wait_for_streams() const;
-    void note_stream(cudaStream_t stream);
-    int n_fft_, hop_, capacity_frames_ = 0;
-    std::vector<cudaStream_t> streams_;    // that forward / inverse enqueued work on
-    std::map<int, Plans> plans_;           // by frame count
-    float* window_ = nullptr;              // device [n_fft]
-    float* frames_buf_ = nullptr;          // device [capacity_frames_, n_fft]
-    cufftComplex* spectrum_buf_ = nullptr; // device [capacity_frames_, n_fft/2 + 1]
+    int n_fft_, hop_;
+    // Device tables: window [n_fft], then cos and -sin of 2 pi k / n_fft
+    // [n_fft] each (exact zeros where the sine is 0, so that the DC and
+    // Nyquist bins' imaginary parts are +0, as a real FFT gives them).
+    float* tables_ = nullptr;
 };
 
 }  // namespace kokoro::ops
