@@ -107,6 +107,7 @@ class CPUBackend(Backend):
 
     def __init__(self, config: ModelConfig, weights: dict[str, np.ndarray], precision: str = "fp32") -> None:
         from .model.kmodel import KModelCPU
+        from .ops.memory import keep_freed_memory
 
         if precision not in PRECISIONS:
             raise InputError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
@@ -114,6 +115,7 @@ class CPUBackend(Backend):
             logger.info("kokoro_gpu: the CPU backend has no fast precision; running fp32")
         self.precision = "fp32"
         self._model = KModelCPU(config, weights, dtype=np.float32)
+        keep_freed_memory()  # the forward pass's large temporaries reuse mapped memory
 
     def forward(
         self,

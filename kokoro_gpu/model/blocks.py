@@ -94,16 +94,17 @@ class AdainResBlk1d:
     residual: AdaIN -> LeakyReLU(0.2) -> [depthwise ConvTranspose1d k3 s2 if
     upsampling] -> conv k3 -> AdaIN -> LeakyReLU(0.2) -> conv k3;
     shortcut: [nearest x2 if upsampling] -> [1x1 conv if channels change].
+    ``method`` picks the k3 convs' algorithm (see :class:`Conv1d`).
     """
 
     slope = 0.2
 
-    def __init__(self, p: Params, upsample: bool) -> None:
+    def __init__(self, p: Params, upsample: bool, method: Method | None = "gemm") -> None:
         self.upsample = upsample
         self.norm1 = Linear(p.sub("norm1.fc"))
         self.norm2 = Linear(p.sub("norm2.fc"))
-        self.conv1 = Conv1d(p.sub("conv1"))
-        self.conv2 = Conv1d(p.sub("conv2"))
+        self.conv1 = Conv1d(p.sub("conv1"), method=method)
+        self.conv2 = Conv1d(p.sub("conv2"), method=method)
         self.conv1x1 = Conv1d(p.sub("conv1x1"), bias=False) if "conv1x1.weight" in p else None
         self.pool = (p("pool.weight"), p("pool.bias")) if upsample else None
         self.scale = p.dtype(1.0 / math.sqrt(2.0))

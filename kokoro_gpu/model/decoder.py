@@ -18,10 +18,12 @@ class Decoder:
         p = Params(weights, dtype, "decoder")
         self.f0_conv = Conv1d(p.sub("F0_conv"), stride=2, pad=1)
         self.n_conv = Conv1d(p.sub("N_conv"), stride=2, pad=1)
-        self.encode = AdainResBlk1d(p.sub("encode"), upsample=False)
+        # Winograd for the wide k3 convs; the F0/N stacks keep the direct GEMM, whose split by output
+        # channels computes every sample as one thread does: F0's rounding reaches the STFT phases.
+        self.encode = AdainResBlk1d(p.sub("encode"), upsample=False, method="winograd")
         self.asr_res = Conv1d(p.sub("asr_res.0"))
         # Only the last decode block upsamples; the side inputs are appended up to and including it.
-        self.decode = [AdainResBlk1d(p.sub(f"decode.{i}"), upsample=i == self.n_decode - 1)
+        self.decode = [AdainResBlk1d(p.sub(f"decode.{i}"), upsample=i == self.n_decode - 1, method="winograd")
                        for i in range(self.n_decode)]
         self.generator = Generator(config, weights, dtype)
 

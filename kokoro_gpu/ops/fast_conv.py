@@ -33,6 +33,7 @@ that bound memory (and stay in cache) on long inputs.
 
 from __future__ import annotations
 
+import itertools
 import math
 from functools import partial
 from typing import Literal
@@ -179,8 +180,7 @@ class PreparedConv1d:
         c_in, t_in = x.shape
         if c_in != self.c_in:
             raise ValueError(f"conv: x has {c_in} channels, the weights {self.c_in}")
-        d, m, n, c_out = self.dilation, self.m, self.n, self.c_out
-        points = self.forward_t.shape[0]
+        d, m, c_out = self.dilation, self.m, self.c_out
         t_out = conv1d_out_len(t_in, self.k, 1, self.pad, d)
         if t_out <= 0:
             raise ValueError(f"conv: input of length {t_in} is too short for kernel {self.k} (dilation {d})")
@@ -188,10 +188,20 @@ class PreparedConv1d:
         xp = np.zeros((c_in, d * (n_tiles * m + self.k - 1)), dtype=self.dtype)
         xp[:, self.pad : self.pad + t_in] = x
         y = np.empty((c_out, n_tiles * m * d), dtype=self.dtype)
+        # The tiles are independent: one contiguous range of them per worker thread.
+        bounds = np.linspace(0, n_tiles, min(worker_count(), n_tiles) + 1).astype(int)
+        run_parallel([partial(self._tile_range, xp, y, int(a), int(b))
+                      for a, b in itertools.pairwise(bounds)])
+        return y[:, :t_out]
+
+    def _tile_range(self, xp: np.ndarray, y: np.ndarray, first: int, last: int) -> None:
+        """Tiles ``first`` .. ``last`` - 1 of padded input xp into their columns of y, chunk by chunk."""
+        d, m, n, c_in, c_out = self.dilation, self.m, self.n, self.c_in, self.c_out
+        points = self.forward_t.shape[0]
         es = xp.itemsize
         step = max(1, _CHUNK_COLUMNS // (m * d))
-        for s in range(0, n_tiles, step):
-            nt = min(step, n_tiles - s)
+        for s in range(first, last, step):
+            nt = min(step, last - s)
             # tiles[i, r, u, j] = xp[i, r + d ((s + u) m + j)]: tile input j of phase r, tile s + u.
             tiles = as_strided(xp[:, s * m * d :], shape=(c_in, d, nt, n),
                                strides=(xp.strides[0], es, m * d * es, d * es), writeable=False)
@@ -205,4 +215,3 @@ class PreparedConv1d:
                 dst[...] = out.reshape(c_out, nt * m)
             else:  # phase r's sample j of tile u is output r + d (u m + j)
                 dst.reshape(c_out, nt, m, d)[...] = out.reshape(c_out, d, nt, m).transpose(0, 2, 3, 1)
-        return y[:, :t_out]

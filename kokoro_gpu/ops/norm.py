@@ -5,11 +5,13 @@ Variances are biased (divide by n), as in PyTorch's normalisation layers.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Literal
 
 import numpy as np
 
 from .elementwise import snake
+from .parallel import run_parallel, worker_count
 
 # Elements of one block of channels in adain: the block and its temporaries stay in cache.
 _BLOCK_ELEMS = 1 << 17
@@ -92,17 +94,23 @@ def adain(
     gamma, beta = _split_style(style_gb)
     one, eps_t, slope_t = x.dtype.type(1), x.dtype.type(eps), x.dtype.type(slope)
     out = np.empty(x.shape, dtype=x.dtype)
-    for rows in _row_blocks(x.shape):
-        dst = out[rows]
-        # (x - mean) * ((1 + gamma) / std) + beta, on one temporary; dst holds the squares meanwhile.
-        y = np.subtract(x[rows], x[rows].mean(axis=-1, keepdims=True))
-        var = np.square(y, out=dst).mean(axis=-1, keepdims=True)  # pairwise summation, as mean's
-        y *= (one + gamma[rows, None]) / np.sqrt(var + eps_t)
-        y += beta[rows, None]
-        if act == "leaky_relu":
-            np.maximum(y, np.multiply(y, slope_t, out=dst), out=dst)
-        elif act == "snake":
-            snake(y, alpha[rows], out=dst)
-        else:
-            dst[...] = y
+
+    def run_blocks(blocks: list[slice]) -> None:
+        for rows in blocks:
+            dst = out[rows]
+            # (x - mean) * ((1 + gamma) / std) + beta, on one temporary; dst holds the squares meanwhile.
+            y = np.subtract(x[rows], x[rows].mean(axis=-1, keepdims=True))
+            var = np.square(y, out=dst).mean(axis=-1, keepdims=True)  # pairwise summation, as mean's
+            y *= (one + gamma[rows, None]) / np.sqrt(var + eps_t)
+            y += beta[rows, None]
+            if act == "leaky_relu":
+                np.maximum(y, np.multiply(y, slope_t, out=dst), out=dst)
+            elif act == "snake":
+                snake(y, alpha[rows], out=dst)
+            else:
+                dst[...] = y
+
+    blocks = _row_blocks(x.shape)
+    workers = min(worker_count(), len(blocks))
+    run_parallel([partial(run_blocks, blocks[i::workers]) for i in range(workers)])
     return out
