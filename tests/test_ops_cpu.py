@@ -313,11 +313,15 @@ def test_winograd_matrices_compute_correlation(rng):
 @pytest.mark.parametrize(("n", "k"), [(32, 11), (32, 7), (8, 3), (24, 5)])
 def test_dft_matrices_compute_correlation(rng, n, k):
     b_t, g, a_t = fast_conv.dft_matrices(n, k)
-    m, points = n - k + 1, 3 * n // 2 - 1
-    assert b_t.shape == (points, n) and g.shape == (points, k) and a_t.shape == (m, points)
+    m, pairs = n - k + 1, n // 2 - 1
+    assert b_t.shape == (n, n) and g.shape == (n + pairs, k) and a_t.shape == (m, n)
     x, w = rng.standard_normal(n), rng.standard_normal(k)
+    points = np.empty(n + pairs)
+    points[:n] = b_t @ x
+    fast_conv.expand_points(points, pairs)
+    y = a_t @ fast_conv.fold_products((g @ w) * points, pairs)
     expected = [x[j : j + k] @ w for j in range(m)]
-    np.testing.assert_allclose(a_t @ ((g @ w) * (b_t @ x)), expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(y, expected, rtol=1e-12, atol=1e-12)
 
 
 def test_choose_method_by_shape():

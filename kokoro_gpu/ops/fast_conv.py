@@ -16,7 +16,10 @@ computes the same function (stride 1, any dilation and padding) by one of:
     complex product of a bin done as three real ones (Gauss's trick, so every
     point is a real GEMM like Winograd's): P = 3 n / 2 - 1 points, for K = 11
     and n = 32 a fifth of the direct multiplications, with float32 rounding
-    at the direct GEMM's level (the DFT is orthogonal up to scale).
+    at the direct GEMM's level (the DFT is orthogonal up to scale). B^T and
+    A^T are n x n: the third product's input (a sum) and the three products'
+    combination are elementwise steps on the points (``expand_points``,
+    ``fold_products``), cheaper than the GEMM rows they replace.
 
 Both transforms run as GEMMs on contiguous data: the tiles are copied out as
 rows [Cin tiles, n] (an overlapping strided view, read in runs of n samples),
@@ -89,34 +92,56 @@ def winograd_matrices(m: int, r: int, points: tuple[float, ...]) -> tuple[np.nda
 
 
 def dft_matrices(n: int, r: int) -> tuple[np.ndarray, ...]:
-    """(B^T [P, n], G [P, r], A^T [m, P]) of overlap-save correlation with the real DFT of length n.
+    """(B^T [n, n], G [P, r], A^T [m, n]) of overlap-save correlation with the real DFT of length n.
 
     ``y[j] = sum_i w[i] x[j + i]`` for j < m = n - r + 1 equals
-    ``A^T ((G w) * (B^T x))``. Bin b's spectrum times the kernel's conjugate
-    spectrum, ``(xr + i xi)(vr + i vi)``, is taken as three real products
-    ``t1 = vr xr``, ``t2 = vi xi``, ``t3 = (vr + vi)(xr + xi)`` (real part
-    ``t1 - t2``, imaginary part ``t3 - t1 - t2``), and A^T folds those sums
-    into the inverse real DFT. Bins 0 and n / 2 are real: one point each.
-    P = 3 n / 2 - 1. float64.
+    ``A^T fold((G w) * expand(B^T x))`` (:func:`expand_points`, :func:`fold_products`).
+    B^T gives bins 0 and n / 2 (real), then the real parts xr and the
+    imaginary parts xi of bins 1 .. n / 2 - 1; ``expand`` appends xr + xi.
+    Each bin's product with the kernel's conjugate spectrum ``vr + i vi`` is
+    taken as three real ones (Gauss's trick): ``t1 = vr xr``, ``t2 = vi xi``,
+    ``t3 = (vr + vi)(xr + xi)``, so P = 3 n / 2 - 1; ``fold`` turns them into
+    the real part ``t1 - t2`` and minus the imaginary part ``t1 + t2 - t3``,
+    which A^T maps back as the inverse real DFT. float64.
     """
     m = n - r + 1
-    b_rows, g_rows, a_cols = [], [], []
-    for b in range(n // 2 + 1):
-        cos_l, sin_l = np.cos(2 * np.pi * b * np.arange(n) / n), np.sin(2 * np.pi * b * np.arange(n) / n)
-        cos_i, sin_i = cos_l[:r], sin_l[:r]
-        cos_j, sin_j = cos_l[:m], sin_l[:m]
-        if b in (0, n // 2):
-            b_rows.append(cos_l)
-            g_rows.append(cos_i)
-            a_cols.append(cos_j / n)
-            continue
-        # x's spectrum: xr = sum x cos, xi = -sum x sin; the kernel's conjugate: vr = sum w cos,
-        # vi = sum w sin.
-        b_rows += [cos_l, -sin_l, cos_l - sin_l]
-        g_rows += [cos_i, sin_i, cos_i + sin_i]
-        # (2 / n) Re((yr + i yi) e^{i theta}) = (2 / n) (yr cos - yi sin), in t1, t2, t3.
-        a_cols += [2 / n * (cos_j + sin_j), 2 / n * (sin_j - cos_j), -2 / n * sin_j]
-    return np.array(b_rows), np.array(g_rows), np.array(a_cols).T
+    bins = np.arange(1, n // 2)[:, None]
+    ends = np.array([[0], [n // 2]])
+
+    def cos(b: np.ndarray, length: int) -> np.ndarray:
+        return np.cos(2 * np.pi * b * np.arange(length) / n)
+
+    def sin(b: np.ndarray, length: int) -> np.ndarray:
+        return np.sin(2 * np.pi * b * np.arange(length) / n)
+
+    b_t = np.concatenate([cos(ends, n), cos(bins, n), -sin(bins, n)])
+    # The kernel's conjugate spectrum: vr = sum w cos, vi = sum w sin.
+    g = np.concatenate([cos(ends, r), cos(bins, r), sin(bins, r), cos(bins, r) + sin(bins, r)])
+    # (2 / n) Re(y e^{i theta}) = (2 / n) (yr cos theta - yi sin theta); bins 0 and n / 2 count once.
+    a_t = np.concatenate([cos(ends, m) / n, 2 / n * cos(bins, m), 2 / n * sin(bins, m)]).T
+    return b_t, g, a_t
+
+
+def expand_points(points: np.ndarray, pairs: int) -> None:
+    """Set the last ``pairs`` rows of ``points`` to the sums of the two ``pairs``-row blocks before them."""
+    if pairs:
+        lead = points.shape[0] - 3 * pairs
+        np.add(points[lead : lead + pairs], points[lead + pairs : lead + 2 * pairs], out=points[-pairs:])
+
+
+def fold_products(products: np.ndarray, pairs: int) -> np.ndarray:
+    """Blocks t1, t2, t3 of ``pairs`` rows each (after the leading rows) -> t1 - t2, t1 + t2 - t3, in place.
+
+    Returns the rows that A^T reads (all of them when ``pairs`` is 0).
+    """
+    if not pairs:
+        return products
+    lead = products.shape[0] - 3 * pairs
+    t1, t2, t3 = (products[lead + i * pairs : lead + (i + 1) * pairs] for i in range(3))
+    np.subtract(t1, t3, out=t3)
+    np.subtract(t1, t2, out=t1)
+    np.add(t3, t2, out=t2)
+    return products[: lead + 2 * pairs]
 
 
 def choose_method(k: int, c_in: int, c_out: int) -> Method:
@@ -161,8 +186,9 @@ class PreparedConv1d:
         else:
             raise ValueError(f"unknown conv method {method!r}")
         self.m, self.n = a_t.shape[0], b_t.shape[1]
-        self.forward_t = np.ascontiguousarray(b_t, dtype=self.dtype)  # [P, n]
-        self.inverse_t = np.ascontiguousarray(a_t.T, dtype=self.dtype)  # [P, m]
+        self.pairs = g.shape[0] - b_t.shape[0]  # the DFT's Gauss points; none for Winograd
+        self.forward_t = np.ascontiguousarray(b_t, dtype=self.dtype)  # [P - pairs, n]
+        self.inverse_t = np.ascontiguousarray(a_t.T, dtype=self.dtype)  # [P - pairs, m]
         self.point_w = np.ascontiguousarray(np.einsum("pi,oci->poc", g, w.astype(np.float64)),
                                             dtype=self.dtype)  # [P, Cout, Cin]
 
@@ -197,7 +223,7 @@ class PreparedConv1d:
     def _tile_range(self, xp: np.ndarray, y: np.ndarray, first: int, last: int) -> None:
         """Tiles ``first`` .. ``last`` - 1 of padded input xp into their columns of y, chunk by chunk."""
         d, m, n, c_in, c_out = self.dilation, self.m, self.n, self.c_in, self.c_out
-        points = self.forward_t.shape[0]
+        points = self.point_w.shape[0]
         es = xp.itemsize
         step = max(1, _CHUNK_COLUMNS // (m * d))
         for s in range(first, last, step):
@@ -205,9 +231,12 @@ class PreparedConv1d:
             # tiles[i, r, u, j] = xp[i, r + d ((s + u) m + j)]: tile input j of phase r, tile s + u.
             tiles = as_strided(xp[:, s * m * d :], shape=(c_in, d, nt, n),
                                strides=(xp.strides[0], es, m * d * es, d * es), writeable=False)
-            x_points = self.forward_t @ tiles.reshape(c_in * d * nt, n).T  # [P, Cin d nt]
+            x_points = np.empty((points, c_in * d * nt), dtype=self.dtype)
+            np.matmul(self.forward_t, tiles.reshape(c_in * d * nt, n).T, out=x_points[: len(self.forward_t)])
+            expand_points(x_points, self.pairs)
             products = self.point_w @ x_points.reshape(points, c_in, d * nt)  # [P, Cout, d nt]
-            out = products.reshape(points, c_out * d * nt).T @ self.inverse_t  # [Cout d nt, m]
+            folded = fold_products(products, self.pairs)
+            out = folded.reshape(len(folded), c_out * d * nt).T @ self.inverse_t  # [Cout d nt, m]
             if self.b is not None:
                 out.reshape(c_out, -1)[...] += self.b[:, None]
             dst = y[:, s * m * d : (s + nt) * m * d]
