@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -345,6 +347,19 @@ def test_run_parallel_order_errors_and_nesting():
 
     with pytest.raises(RuntimeError, match="branch failed"):
         parallel.run_parallel([lambda: 0, fail])
+
+
+def test_run_parallel_takes_back_tasks_no_worker_started():
+    """With every worker busy elsewhere, the caller runs its queued tasks itself instead of waiting."""
+    release = threading.Event()
+    blockers = [parallel.spawn(lambda: release.wait(10)) for _ in range(parallel.worker_count())]
+    try:
+        t0 = time.perf_counter()
+        assert parallel.run_parallel([lambda: 1, lambda: 2, lambda: 3]) == [1, 2, 3]
+        assert time.perf_counter() - t0 < 5
+    finally:
+        release.set()
+    assert all(b.result() for b in blockers)
 
 
 def test_conv1d_rejects_short_input_and_bad_groups(rng):

@@ -66,12 +66,19 @@ def spawn(task: Callable[[], T]) -> Future[T]:
 
 
 def run_parallel(tasks: list[Callable[[], T]]) -> list[T]:
-    """Every task's result, in order: the first runs on the calling thread, the others on workers."""
+    """Every task's result, in order: the first runs on the calling thread, the others on workers.
+
+    A task still queued when the calling thread is done with its own (every
+    worker busy with other branches) is taken back and run on the calling
+    thread instead of waiting for a worker.
+    """
     if len(tasks) <= 1 or _get_pool() is None:
         return [task() for task in tasks]
     futures = [spawn(task) for task in tasks[1:]]
-    first = tasks[0]()
-    return [first, *(f.result() for f in futures)]
+    results = [tasks[0]()]
+    for task, future in zip(tasks[1:], futures, strict=True):
+        results.append(task() if future.cancel() else future.result())
+    return results
 
 
 @contextmanager

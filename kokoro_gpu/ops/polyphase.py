@@ -13,12 +13,15 @@ of columns that stay in cache on long sequences.
 
 from __future__ import annotations
 
+import itertools
 import math
+from functools import partial
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .conv import conv_transpose1d_out_len
+from .parallel import run_parallel, worker_count
 
 # Output elements of one chunk: the GEMM's result and its interleaved copy stay in cache.
 _CHUNK_ELEMS = 1 << 18
@@ -58,10 +61,20 @@ class PreparedConvTranspose1d:
         lo, hi = max(0, first - taps + 1), min(t_in, first + n_q)
         xp[:, lo - first + taps - 1 : hi - first + taps - 1] = x[:, lo:hi]
         full = np.empty((self.c_out, n_q, s), dtype=np.result_type(x, self.w_phase))
+        # The columns are independent: one contiguous range of them per worker thread.
+        bounds = np.linspace(0, n_q, min(worker_count(), n_q) + 1).astype(int)
+        run_parallel([partial(self._columns, xp, full, int(a), int(b))
+                      for a, b in itertools.pairwise(bounds)])
+        start = self.pad - first * s
+        return full.reshape(self.c_out, n_q * s)[:, start : start + t_out]
+
+    def _columns(self, xp: np.ndarray, full: np.ndarray, first: int, last: int) -> None:
+        """Input columns ``first`` .. ``last`` - 1 of xp into ``full [Cout, n_q, s]``, chunk by chunk."""
+        s, taps, c_in = self.stride, self.taps, self.c_in
         es = xp.itemsize
         step = max(1, _CHUNK_ELEMS // (self.c_out * s))
-        for q0 in range(0, n_q, step):
-            n = min(step, n_q - q0)
+        for q0 in range(first, last, step):
+            n = min(step, last - q0)
             # cols[jj, i, m] = xp[i, q0 + m + jj]: the J shifted inputs, a view; reshape copies it.
             cols = as_strided(xp[:, q0:], shape=(taps, c_in, n), strides=(es, xp.strides[0], es),
                               writeable=False).reshape(taps * c_in, n)
@@ -69,5 +82,3 @@ class PreparedConvTranspose1d:
             if self.b is not None:
                 z += self.b
             full[:, q0 : q0 + n, :] = z.reshape(s, self.c_out, n).transpose(1, 2, 0)
-        start = self.pad - first * s
-        return full.reshape(self.c_out, n_q * s)[:, start : start + t_out]
