@@ -141,5 +141,7 @@ class AdaINResBlock1:
     def __call__(self, x: np.ndarray, s: np.ndarray) -> np.ndarray:
         for fc1, a1, c1, fc2, a2, c2 in self.layers:
             xt = c1(adain(x, fc1(s), "snake", alpha=a1))
-            x = c2(adain(xt, fc2(s), "snake", alpha=a2)) + x
+            y = c2(adain(xt, fc2(s), "snake", alpha=a2))
+            y += x  # in place: the conv's output is a fresh array
+            x = y
         return x

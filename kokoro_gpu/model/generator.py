@@ -61,7 +61,8 @@ class _Stage:
         out = outs[0]
         for o in outs[1:]:
             out += o
-        return out / x.dtype.type(len(self.resblocks))
+        out /= x.dtype.type(len(self.resblocks))
+        return out
 
 
 class Generator:
