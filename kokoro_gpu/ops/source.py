@@ -5,9 +5,12 @@ SineGen + ``l_linear`` + tanh of the official SourceModuleHnNSF.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+
 import numpy as np
 
 from .elementwise import interpolate_linear, upsample_nearest
+from .parallel import spawn
 
 
 def harmonic_source(
@@ -39,16 +42,23 @@ def harmonic_source(
     f0_up = upsample_nearest(f0.astype(np.float64)[None, :], upp)[0]  # [L]
     harmonics = np.arange(1, n_harm + 1, dtype=np.float64)
     rad = (harmonics[:, None] * f0_up[None, :] / sample_rate) % 1.0  # [n_harm, L]
+    voiced = f0_up > voiced_threshold
+    noise: Future[np.ndarray] | None = None
     if rng is not None:
         rand_ini = rng.random(n_harm)
         rand_ini[0] = 0.0
         rad[:, 0] += rand_ini
+
+        def draw_noise(gen: np.random.Generator = rng) -> np.ndarray:
+            amp = np.where(voiced, noise_std, sine_amp / 3.0)
+            return (amp[None, :] * gen.standard_normal((n_harm, f0_up.size))).astype(dtype)
+
+        # The noise is drawn after the initial phases, as before, on a worker beside the sines.
+        noise = spawn(draw_noise)
     phase = np.cumsum(interpolate_linear(rad, 1.0 / upp), axis=-1) * (2.0 * np.pi * upp)
     sines = (np.sin(interpolate_linear(phase, upp)) * sine_amp).astype(dtype)  # [n_harm, L]
-    voiced = f0_up > voiced_threshold
     waves = np.where(voiced[None, :], sines, dtype.type(0))
-    if rng is not None:
-        noise_amp = np.where(voiced, noise_std, sine_amp / 3.0)
-        waves += (noise_amp[None, :] * rng.standard_normal((n_harm, f0_up.size))).astype(dtype)
+    if noise is not None:
+        waves += noise.result()
     merged = lin_w.astype(dtype) @ waves + lin_b.astype(dtype)[:, None]  # [1, L]
     return np.tanh(merged[0])
