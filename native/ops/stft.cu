@@ -32,13 +32,14 @@ constexpr int kInverseSamples = 1024;
 
 unsigned blocks_for(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
 
-// The frames an inverse block needs for output samples [first, first +
-// count): those covering padded positions first + n_fft / 2 ...
+// The frames that output samples [first, first + count) collect: those
+// covering padded positions first + n_fft / 2 ... (a block's run, or one
+// sample's).
 struct FrameRange {
     int lo, hi;  // inclusive
 };
-__host__ __device__ inline FrameRange frames_covering(int64_t first, int64_t count, int n_fft,
-                                                      int hop, int frames) {
+__device__ inline FrameRange frames_covering(int64_t first, int64_t count, int n_fft, int hop,
+                                             int frames) {
     const int64_t p_lo = first + n_fft / 2, p_hi = first + count - 1 + n_fft / 2;
     const int64_t lo = p_lo >= n_fft ? (p_lo - n_fft) / hop + 1 : 0;
     const int64_t hi = p_hi / hop < frames - 1 ? p_hi / hop : frames - 1;
@@ -140,11 +141,10 @@ __global__ void istft_kernel(const float* logits, const float* tables, int n_fft
     __syncthreads();
     for (int64_t i = first + threadIdx.x; i < first + count; i += blockDim.x) {
         const int64_t p = i + n_fft / 2;
-        const int64_t f_first = p >= n_fft ? (p - n_fft) / hop + 1 : 0;
-        const int64_t f_last = min(p / hop, int64_t(frames) - 1);
+        const FrameRange covering = frames_covering(i, 1, n_fft, hop, frames);
         float signal = 0.f, envelope = 0.f;
-        for (int64_t f = f_first; f <= f_last; ++f) {
-            const int t = int(p - f * hop);
+        for (int f = covering.lo; f <= covering.hi; ++f) {
+            const int t = int(p - int64_t(f) * hop);
             signal += samples[(f - range.lo) * n_fft + t];
             envelope += window[t] * window[t];
         }
