@@ -8,7 +8,9 @@ sentence and clause ends, as ``KokoroTTS.synthesize`` cuts a line) go to the
 scheduler at most ``lookahead`` ahead of the one being sent, each with the time
 a listener who started at the request would need it as its priority (request
 time + the audio before it: earliest deadline first, so first chunks go early
-and a stream falling behind catches up); chunk ``i`` uses ``seed + i``. The joins
+and a stream falling behind catches up; the audio of chunks not yet made is
+estimated from their phonemes, so a stream's second chunk does not compete with
+other streams' first ones); chunk ``i`` uses ``seed + i``. The joins
 between chunks get a 5 ms raised-cosine fade out and in, so that no chunk
 boundary clicks; each chunk's audio is sent without its last 5 ms until the
 next chunk (or the end) says whether a join follows.
@@ -39,6 +41,9 @@ from .speech import SpeechJob
 logger = logging.getLogger("kokoro_gpu.server")
 
 FADE_SAMPLES = 120  # 5 ms at 24 kHz
+# Audio per phoneme at speed 1, for the deadlines of chunks not yet made: real Kokoro weights give
+# 2 - 3 frames (of 25 ms) per phoneme. Only the order of deadlines depends on it.
+SECONDS_PER_PHONEME = 0.06
 _FADE_IN = (0.5 - 0.5 * np.cos(np.pi * (np.arange(FADE_SAMPLES) + 0.5) / FADE_SAMPLES)).astype(np.float32)
 
 
@@ -125,19 +130,24 @@ class Synthesizer:
         inflight: deque[tuple[Chunk, Future[ChunkOutput]]] = deque()
         exhausted = False
         index = 0
-        offset = 0.0
+        offset = 0.0  # seconds of audio received
+        pending_s = 0.0  # estimated seconds of the chunks in flight
+
+        def estimate_s(chunk: Chunk) -> float:
+            return len(chunk.phonemes) * SECONDS_PER_PHONEME / job.speed
         held = np.zeros(0, dtype=np.float32)  # the last chunk's tail, sent once the next is known
 
         async def fill() -> None:
-            nonlocal exhausted, index
+            nonlocal exhausted, index, pending_s
             while not exhausted and len(inflight) < self.lookahead:
                 chunk = await anext(chunks, None)
                 if chunk is None:
                     exhausted = True
                     return
-                # The audio before this chunk is at least what is known so far.
-                spec = self._spec(job, chunk, index, started + offset)
+                # The audio before this chunk: what was received, and an estimate of what is in flight.
+                spec = self._spec(job, chunk, index, started + offset + pending_s)
                 inflight.append((chunk, self.scheduler.submit(spec)))
+                pending_s += estimate_s(chunk)
                 index += 1
 
         try:
@@ -148,6 +158,7 @@ class Synthesizer:
             while inflight:
                 chunk, future = inflight.popleft()
                 out = await asyncio.wrap_future(future)
+                pending_s = max(0.0, pending_s - estimate_s(chunk))
                 audio = np.asarray(out.audio, dtype=np.float32)
                 if not first and len(held) and len(audio):
                     held = _fade(held, fade_in=False)

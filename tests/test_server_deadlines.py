@@ -1,0 +1,82 @@
+"""The server's chunk deadlines: each chunk's priority is the request time plus the audio before it,
+the audio of chunks not yet made estimated from their phonemes (so a stream's second chunk does not
+compete with other streams' first chunks).
+
+A recording scheduler stands in for the engine (it answers at once with silence of the estimated
+length); the text front end is the real one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from kokoro_gpu.config import ModelConfig
+from kokoro_gpu.scheduler import ChunkOutput, ChunkSpec
+from kokoro_gpu.server.speech import SpeechJob
+from kokoro_gpu.server.synthesis import SECONDS_PER_PHONEME, Synthesizer
+
+pytest.importorskip("misaki")
+
+TEXT = (
+    "The first sentence is short. The rest of the first line follows it, somewhat longer than "
+    "the first sentence was.\nA second line of text, read after the first.\nAnd a third line."
+)
+
+
+class RecordingScheduler:
+    """Records each spec with its submission time; its result is audio `audio_s(spec)` seconds long."""
+
+    def __init__(self, audio_s) -> None:
+        self.specs: list[ChunkSpec] = []
+        self.audio_s = audio_s
+
+    def submit(self, spec: ChunkSpec) -> Future[ChunkOutput]:
+        self.specs.append(spec)
+        future: Future[ChunkOutput] = Future()
+        samples = round(self.audio_s(spec) * 24000)
+        future.set_result(ChunkOutput(np.zeros(samples, np.float32), np.ones(spec.input_ids.size, np.int64)))
+        return future
+
+
+def _run(scheduler: RecordingScheduler, speed: float) -> float:
+    config = ModelConfig.load()
+    tts = SimpleNamespace(config=config, sample_rate=24000)
+    job = SpeechJob(TEXT, "af_heart", np.zeros((510, 1, 256), np.float32), "en-us", speed, "pcm", "audio",
+                    None, True)
+    with ThreadPoolExecutor(1) as pool:
+        synthesizer = Synthesizer(tts, scheduler, pool, lookahead=2, deterministic=True)
+
+        async def consume() -> float:
+            started = time.monotonic()
+            async for _ in synthesizer.audio(job):
+                pass
+            return started
+
+        return asyncio.run(consume())
+
+
+def _phonemes(spec: ChunkSpec) -> int:
+    return spec.input_ids.size - 2  # the boundary zeros
+
+
+@pytest.mark.parametrize("speed", [1.0, 2.0])
+def test_chunk_deadlines_add_the_audio_before_each_chunk(speed: float) -> None:
+    # The engine's audio twice the estimate: deadlines then use the audio received where it is known.
+    scheduler = RecordingScheduler(lambda spec: 2 * _phonemes(spec) * SECONDS_PER_PHONEME / speed)
+    started = _run(scheduler, speed)
+    specs = scheduler.specs
+    assert len(specs) >= 4, "the text makes at least four chunks"
+    assert abs(specs[0].priority - started) < 0.5, "the first chunk is due at the request"
+    estimate = [_phonemes(s) * SECONDS_PER_PHONEME / speed for s in specs]
+    received = [2 * e for e in estimate]
+    # Lookahead 2: chunk i is submitted once chunk i - 2 has been received, so the audio before it is
+    # chunks 0 .. i - 2 as received plus chunk i - 1 as estimated (chunk 1: chunk 0 estimated).
+    for i in range(1, len(specs)):
+        before = sum(received[: i - 1]) + estimate[i - 1]
+        assert specs[i].priority - specs[0].priority == pytest.approx(before, rel=0.02, abs=0.05), i
