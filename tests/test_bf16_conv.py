@@ -40,12 +40,12 @@ def test_to_bf16_rounds_to_nearest_ties_away(rng: np.random.Generator) -> None:
     assert list(got[-5:]) == [1 + 2.0**-7, -(1 + 2.0**-7), 1 + 2.0**-7, 1.0, 0.0]
 
 
-_SHAPES = [  # (c_in, c_out, k, pad, dilation, t_len): im2col below 256 input channels, taps from it
+_SHAPES = [  # (c_in, c_out, k, pad, dilation, t_len): narrow (below 256 channels) and wide inputs
     (16, 8, 3, 1, 1, 300),
     (24, 40, 11, 25, 5, 257),  # dilated "same"
     (32, 5, 7, 0, 3, 100),  # "valid"
     (8, 16, 11, 30, 1, 4),  # input shorter than the kernel: the window is mostly padding
-    (300, 20, 3, 5, 5, 230),  # taps
+    (300, 20, 3, 5, 5, 230),
     (256, 12, 5, 2, 1, 3),
     (22, 64, 1, 0, 1, 150),  # 1x1: one GEMM
 ]
@@ -59,6 +59,7 @@ def test_bf16_conv_is_the_conv_of_rounded_operands(
 ) -> None:
     # Small chunks and splits: several chunks per worker, windows cut at both ends of x.
     monkeypatch.setattr(bf16_conv, "_CHUNK_COLUMNS", 37)
+    monkeypatch.setattr(bf16_conv, "_WIDE_CHUNK_COLUMNS", 41)
     monkeypatch.setattr(bf16_conv, "_SPLIT_MIN_COLUMNS", 50)
     x = rng.standard_normal((c_in, t_len)).astype(np.float32)
     w = (rng.standard_normal((c_out, c_in, k)) / np.sqrt(c_in * k)).astype(np.float32)
