@@ -4,8 +4,11 @@ bf16 rounding is checked against the nearest value with 8 significant bits
 worked out from frexp in float64; the convolution against the float64
 reference conv (``ops.conv1d``) of the same bf16-rounded operands (only
 float32 accumulation may differ) and against the exact conv (bf16's own error,
-about 2^-9 of each operand). Skipped where bf16 GEMMs cannot run here (no
-oneMKL wheel, or a CPU without BF16 instructions).
+about 2^-9 of each operand); the AdaIN that hands the generator's convs
+their inputs already rounded against ``ops.adain`` rounded afterwards, and
+the conv on such an input against the conv rounding the same values itself.
+Skipped where bf16 GEMMs cannot run here (no oneMKL wheel, or a CPU without
+BF16 instructions).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import numpy as np
 import pytest
 
 from kokoro_gpu import ops
-from kokoro_gpu.ops import bf16, bf16_conv
+from kokoro_gpu.ops import bf16, bf16_conv, norm
 
 pytestmark = pytest.mark.skipif(bf16.unavailable_reason() is not None,
                                 reason=f"bf16 GEMMs unavailable: {bf16.unavailable_reason()}")
@@ -87,3 +90,38 @@ def test_bf16_conv_rejects_mismatched_inputs() -> None:
         conv(np.ones((2, 10), dtype=np.float32))
     with pytest.raises(ValueError, match="too short"):
         conv(np.ones((3, 4), dtype=np.float32))
+
+
+@pytest.mark.parametrize("act", ["snake", "leaky_relu"])
+def test_adain_bf16_is_adain_rounded_with_zero_margins(
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, act: str
+) -> None:
+    monkeypatch.setattr(norm, "_BLOCK_ELEMS", 500)  # blocks of a few channels, on both workers
+    x = (rng.standard_normal((12, 130)) * 2 + 0.5).astype(np.float32)
+    gb = rng.standard_normal(24).astype(np.float32)
+    alpha = (rng.random(12) + 0.2).astype(np.float32)
+    seq = bf16_conv.adain_bf16(x, gb, 5, act, alpha=alpha)
+    assert seq.shape == x.shape and seq.bits.shape == (12, 140) and seq.margin == 5
+    want = bf16.bf16_array(ops.adain(x, gb, act, alpha=alpha))
+    np.testing.assert_array_equal(seq.bits[:, 5:-5], want)
+    assert not seq.bits[:, :5].any() and not seq.bits[:, -5:].any()
+
+
+@pytest.mark.parametrize(("c_in", "k", "dilation"), [(24, 7, 3), (300, 3, 1)])
+def test_bf16_conv_reads_a_rounded_input_in_place(
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, c_in: int, k: int, dilation: int
+) -> None:
+    monkeypatch.setattr(bf16_conv, "_CHUNK_COLUMNS", 37)
+    monkeypatch.setattr(bf16_conv, "_WIDE_CHUNK_COLUMNS", 41)
+    monkeypatch.setattr(bf16_conv, "_SPLIT_MIN_COLUMNS", 50)
+    x = rng.standard_normal((c_in, 200)).astype(np.float32)
+    gb = np.zeros(2 * c_in, dtype=np.float32)  # AdaIN with gamma = beta = 0: the instance norm
+    w = (rng.standard_normal((16, c_in, k)) / np.sqrt(c_in * k)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    pad = dilation * (k - 1) // 2
+    conv = bf16_conv.BF16Conv1d(w, b, pad, dilation)
+    seq = bf16_conv.adain_bf16(x, gb, pad)
+    from_float = conv(ops.adain(x, gb))  # the same bf16 operands, rounded by the conv itself
+    np.testing.assert_allclose(conv(seq), from_float, rtol=0, atol=1e-6 * np.abs(from_float).max())
+    with pytest.raises(ValueError, match="margins"):
+        conv(bf16_conv.adain_bf16(x, gb, pad + 1))

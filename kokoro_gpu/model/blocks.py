@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import CheckpointError
 from ..ops import adain, conv1d, conv_transpose1d, linear, upsample_nearest
-from ..ops.bf16_conv import BF16Conv1d
+from ..ops.bf16_conv import BF16Conv1d, BF16Sequence, adain_bf16
 from ..ops.fast_conv import Method, PreparedConv1d
 
 Weights = Mapping[str, np.ndarray]
@@ -91,9 +91,9 @@ class Conv1d:
                              else PreparedConv1d(w, self.b, self.pad, dilation, method))
         self.w = w if self.prepared is None else None
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
+    def __call__(self, x: np.ndarray | BF16Sequence) -> np.ndarray:
         if self.prepared is not None:
-            return self.prepared(x)
+            return self.prepared(x)  # type: ignore[arg-type]  # a BF16Sequence only reaches a BF16Conv1d
         return conv1d(x, self.w, self.b, stride=self.stride, pad=self.pad, dilation=self.dilation)
 
 
@@ -135,6 +135,7 @@ class AdaINResBlock1:
     """
 
     def __init__(self, p: Params, dilations: Sequence[int]) -> None:
+        self.fast = p.fast
         self.layers = [
             (
                 Linear(p.sub(f"adain1.{j}.fc")),
@@ -149,8 +150,12 @@ class AdaINResBlock1:
 
     def __call__(self, x: np.ndarray, s: np.ndarray) -> np.ndarray:
         for fc1, a1, c1, fc2, a2, c2 in self.layers:
-            xt = c1(adain(x, fc1(s), "snake", alpha=a1))
-            y = c2(adain(xt, fc2(s), "snake", alpha=a2))
+            if self.fast:  # each AdaIN hands its conv the bf16 input, padded, that it reads in place
+                xt = c1(adain_bf16(x, fc1(s), c1.pad, "snake", alpha=a1))
+                y = c2(adain_bf16(xt, fc2(s), c2.pad, "snake", alpha=a2))
+            else:
+                xt = c1(adain(x, fc1(s), "snake", alpha=a1))
+                y = c2(adain(xt, fc2(s), "snake", alpha=a2))
             y += x  # in place: the conv's output is a fresh array
             x = y
         return x
