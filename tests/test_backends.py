@@ -401,6 +401,22 @@ def test_cpu_backend_without_bf16_maps_fast_to_fp32(
         CPUBackend(config, weights, "bf16")
 
 
+def test_bf16_unavailable_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kokoro_gpu.ops import bf16
+
+    monkeypatch.setattr(bf16, "_cpu_info", lambda: ("AuthenticAMD", {"avx512_bf16", "avx512f"}))
+    bf16._load.cache_clear()
+    assert "Intel CPUs with AMX or AVX-512 BF16" in (bf16.unavailable_reason() or "")
+    monkeypatch.setattr(bf16, "_cpu_info", lambda: ("GenuineIntel", {"amx_bf16"}))
+    monkeypatch.setattr(bf16, "_mkl_library_path", lambda: None)
+    bf16._load.cache_clear()
+    assert "kokoro-gpu[cpu-fast]" in (bf16.unavailable_reason() or "")
+    with pytest.raises(RuntimeError, match="cpu-fast"):
+        bf16.gemm_bf16(1, 1, 1, 0, 1, 0, 1, 0, 1)
+    monkeypatch.undo()
+    bf16._load.cache_clear()  # the real answer again for the tests after this one
+
+
 def test_cpu_fast_precision_rounds_only_after_the_durations(config: ModelConfig) -> None:
     """bf16 convs in the text encoder, decoder and generator: the durations and F0 stay fp32's exactly."""
     from kokoro_gpu.ops import bf16

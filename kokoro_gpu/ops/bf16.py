@@ -6,8 +6,9 @@ Sapphire Rapids and later) it runs about 4 - 5x the float32 GEMM's rate a core,
 on AVX-512 BF16 about twice. oneMKL comes from the optional ``mkl`` wheel
 (``pip install "kokoro-gpu[cpu-fast]"``), loaded with ctypes, single-threaded:
 the CPU backend runs its own branches on the cores. :func:`unavailable_reason`
-says why the fast precision cannot run (no wheel, or a CPU without BF16
-instructions, where oneMKL would emulate them slower than float32).
+says why the fast precision cannot run: no wheel, or a CPU on which oneMKL has
+no bf16 kernels (one without AMX or AVX-512 BF16, or not Intel's: oneMKL takes
+its generic paths elsewhere, slower than OpenBLAS's float32).
 
 Rounding to bf16 is to nearest, ties away from zero (the float32's upper half
 after adding half of its lower half's range); inputs are finite.
@@ -29,15 +30,21 @@ _MKL_THREADING_SEQUENTIAL = 1
 _BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
-def _cpu_flags() -> set[str]:
+def _cpu_info() -> tuple[str, set[str]]:
+    """(vendor, flags) of the first CPU in /proc/cpuinfo; empty where there is none (not Linux)."""
+    vendor, flags = "", set()
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+                key, _, value = line.partition(":")
+                if key.strip() == "vendor_id":
+                    vendor = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
     except OSError:
         pass
-    return set()
+    return vendor, flags
 
 
 def _mkl_library_path() -> str | None:
@@ -55,8 +62,9 @@ def _mkl_library_path() -> str | None:
 @functools.cache
 def _load() -> tuple[ctypes.CDLL | None, str | None]:
     """(oneMKL with its bf16 GEMM's signature set, None), or (None, why not)."""
-    if not any(flag in _cpu_flags() for flag in _BF16_FLAGS):
-        return None, "this CPU has no BF16 instructions (AMX or AVX-512 BF16)"
+    vendor, flags = _cpu_info()
+    if vendor != "GenuineIntel" or not any(flag in flags for flag in _BF16_FLAGS):
+        return None, "oneMKL's bf16 GEMM is fast only on Intel CPUs with AMX or AVX-512 BF16"
     path = _mkl_library_path()
     if path is None:
         return None, 'oneMKL is not installed (pip install "kokoro-gpu[cpu-fast]")'
