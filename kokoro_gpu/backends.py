@@ -10,9 +10,11 @@ FP16 operands and TF32 GEMMs in the text encoder, decoder and generator, with
 float32-level accuracy kept wherever it reaches the durations or F0 (durations
 identical to fp32, audio within 1.2e-2 of the float64 truth on the
 golden fixtures; the engine's per-layer plan: docs/DESIGN.md). The CPU
-backend has no fast mode: it maps
-``"fast"`` to ``"fp32"`` (and reports ``precision == "fp32"``), so that
-``device="auto"`` works with either precision.
+backend's ``"fast"`` rounds the operands of the same parts' convolutions to
+bf16 (:mod:`kokoro_gpu.ops.bf16_conv`); where bf16 GEMMs cannot run (no
+``cpu-fast`` extra, or a CPU without BF16 instructions) it maps ``"fast"`` to
+``"fp32"`` (and reports ``precision == "fp32"``), so that any device and
+precision combination works.
 
 Device selection: ``"cpu"``; ``"cuda"`` (a :class:`BackendError` saying why when
 CUDA cannot be used); ``"auto"`` (CUDA when usable, else the CPU backend with
@@ -101,20 +103,22 @@ class Backend(ABC):
 
 
 class CPUBackend(Backend):
-    """The NumPy forward pass, float32 (``precision="fast"`` maps to ``"fp32"``)."""
+    """The NumPy forward pass, float32; ``precision="fast"``: bf16 convolutions where they can run."""
 
     device = "cpu"
 
     def __init__(self, config: ModelConfig, weights: dict[str, np.ndarray], precision: str = "fp32") -> None:
         from .model.kmodel import KModelCPU
+        from .ops import bf16
         from .ops.memory import keep_freed_memory
 
         if precision not in PRECISIONS:
             raise InputError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
-        if precision == "fast":
-            logger.info("kokoro_gpu: the CPU backend has no fast precision; running fp32")
-        self.precision = "fp32"
-        self._model = KModelCPU(config, weights, dtype=np.float32)
+        why_not = bf16.unavailable_reason() if precision == "fast" else None
+        if why_not is not None:
+            logger.info("kokoro_gpu: the CPU backend's fast precision cannot run (%s); running fp32", why_not)
+        self.precision = "fast" if precision == "fast" and why_not is None else "fp32"
+        self._model = KModelCPU(config, weights, dtype=np.float32, fast=self.precision == "fast")
         keep_freed_memory()  # the forward pass's large temporaries reuse mapped memory
 
     def forward(

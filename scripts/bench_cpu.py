@@ -108,7 +108,7 @@ def run_cpu(args: argparse.Namespace) -> list[CpuRow]:
     for precision in args.precision:
         backend = backends.create_backend("cpu", config, weights, precision)
         if backend.precision != precision:
-            continue  # "fast" maps to fp32 on a backend without a fast mode
+            continue  # "fast" maps to fp32 where the CPU backend cannot run bf16 GEMMs
         ours[precision] = backend
         impls[f"kokoro_gpu {precision}"] = (
             lambda ids, s, speed, b=backend: b.forward(ids, s, speed, deterministic=False, seed=0)[0])

@@ -382,8 +382,13 @@ def test_fast_precision_reaches_the_engine(monkeypatch: pytest.MonkeyPatch, conf
     assert backend.precision == "fast" and backend._engine.precision == "fast"
 
 
-def test_cpu_backend_maps_fast_to_fp32(config: ModelConfig) -> None:
-    """The CPU backend has no fast mode: "fast" runs (and reports) fp32, bit for bit."""
+def test_cpu_backend_without_bf16_maps_fast_to_fp32(
+    monkeypatch: pytest.MonkeyPatch, config: ModelConfig
+) -> None:
+    """Where bf16 GEMMs cannot run, "fast" runs (and reports) fp32, bit for bit."""
+    from kokoro_gpu.ops import bf16
+
+    monkeypatch.setattr(bf16, "unavailable_reason", lambda: "no oneMKL here")
     weights = fold_official(random_checkpoint(config, 0), config)
     fast, exact = CPUBackend(config, weights, "fast"), CPUBackend(config, weights, "fp32")
     assert fast.precision == "fp32"
@@ -394,3 +399,41 @@ def test_cpu_backend_maps_fast_to_fp32(config: ModelConfig) -> None:
     assert got.tobytes() == want.tobytes()
     with pytest.raises(InputError, match="unknown precision"):
         CPUBackend(config, weights, "bf16")
+
+
+def test_bf16_unavailable_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kokoro_gpu.ops import bf16
+
+    monkeypatch.setattr(bf16, "_cpu_info", lambda: ("AuthenticAMD", {"avx512_bf16", "avx512f"}))
+    bf16._load.cache_clear()
+    assert "Intel CPUs with AMX or AVX-512 BF16" in (bf16.unavailable_reason() or "")
+    monkeypatch.setattr(bf16, "_cpu_info", lambda: ("GenuineIntel", {"amx_bf16"}))
+    monkeypatch.setattr(bf16, "_mkl_library_path", lambda: None)
+    bf16._load.cache_clear()
+    assert "kokoro-gpu[cpu-fast]" in (bf16.unavailable_reason() or "")
+    with pytest.raises(RuntimeError, match="cpu-fast"):
+        bf16.gemm_bf16(1, 1, 1, 0, 1, 0, 1, 0, 1)
+    monkeypatch.undo()
+    bf16._load.cache_clear()  # the real answer again for the tests after this one
+
+
+def test_cpu_fast_precision_rounds_only_after_the_durations(config: ModelConfig) -> None:
+    """bf16 convs in the text encoder, decoder and generator: the durations and F0 stay fp32's exactly."""
+    from kokoro_gpu.ops import bf16
+
+    if bf16.unavailable_reason() is not None:
+        pytest.skip(f"bf16 GEMMs unavailable: {bf16.unavailable_reason()}")
+    weights = fold_official(random_checkpoint(config, 0), config)
+    fast, exact = CPUBackend(config, weights, "fast"), CPUBackend(config, weights, "fp32")
+    assert fast.precision == "fast"
+    ids, ref_s = np.array([0, 5, 17, 43, 9, 21, 30, 0]), np.full(256, 0.1, dtype=np.float32)
+    traces: dict[str, dict[str, np.ndarray]] = {"fast": {}, "fp32": {}}
+    got, got_dur = fast.forward(ids, ref_s, 1.0, deterministic=True, seed=None, trace=traces["fast"])
+    want, want_dur = exact.forward(ids, ref_s, 1.0, deterministic=True, seed=None, trace=traces["fp32"])
+    np.testing.assert_array_equal(got_dur, want_dur)
+    for key in ("bert", "d", "F0", "N"):
+        assert traces["fast"][key].tobytes() == traces["fp32"][key].tobytes(), key
+    t_en = traces["fp32"]["t_en"]
+    t_en_err = np.linalg.norm(traces["fast"]["t_en"] - t_en) / np.linalg.norm(t_en)
+    assert 1e-5 < t_en_err < 1e-2  # rounded (bf16), not fp32, yet close
+    assert got.shape == want.shape and np.isfinite(got).all()

@@ -26,6 +26,7 @@ from real_weights import real_model_or_skip
 from script_modules import load_script
 
 from kokoro_gpu.errors import BackendError
+from kokoro_gpu.ops import bf16
 
 pytestmark = pytest.mark.real
 
@@ -39,8 +40,12 @@ OFFICIAL_FACTOR = 1.5
 # Mean |dB| difference of log-mel spectrograms (parity_table.log_mel_distance), every precision.
 MAX_LOG_MEL_DB = 1.0
 MAX_GOLDEN_BYTES = 3 * 2**20
+# The CPU's fast precision needs bf16 GEMMs (oneMKL and a CPU with BF16 instructions).
+NEEDS_BF16 = pytest.mark.skipif(bf16.unavailable_reason() is not None,
+                                reason=f"CPU fast precision unavailable: {bf16.unavailable_reason()}")
 RUNS = [
     pytest.param("cpu", "fp32", id="cpu-fp32"),
+    pytest.param("cpu", "fast", id="cpu-fast", marks=NEEDS_BF16),
     pytest.param("cuda", "fp32", id="cuda-fp32", marks=pytest.mark.gpu),
     pytest.param("cuda", "fast", id="cuda-fast", marks=pytest.mark.gpu),
 ]

@@ -25,6 +25,7 @@ from real_weights import real_model_or_skip
 from script_modules import load_script
 
 from kokoro_gpu.errors import BackendError
+from kokoro_gpu.ops import bf16
 
 pytestmark = pytest.mark.real
 
@@ -33,8 +34,12 @@ parity = load_script("parity_table")
 
 ENGLISH_MAX_WER = 0.10
 JAPANESE_MAX_CER = 0.15
+# The CPU's fast precision needs bf16 GEMMs (oneMKL and a CPU with BF16 instructions).
+NEEDS_BF16 = pytest.mark.skipif(bf16.unavailable_reason() is not None,
+                                reason=f"CPU fast precision unavailable: {bf16.unavailable_reason()}")
 RUNS = [
     pytest.param("cpu", "fp32", id="cpu-fp32"),
+    pytest.param("cpu", "fast", id="cpu-fast", marks=NEEDS_BF16),
     pytest.param("cuda", "fp32", id="cuda-fp32", marks=pytest.mark.gpu),
     pytest.param("cuda", "fast", id="cuda-fast", marks=pytest.mark.gpu),
 ]
@@ -90,13 +95,14 @@ def test_round_trip(device: str, precision: str, report_dir: Path) -> None:
     assert cer <= JAPANESE_MAX_CER, f"Japanese CER {cer:.1%} on {device} ({precision})"
 
 
-@pytest.mark.gpu
-def test_fast_transcripts_equal_fp32() -> None:
+@pytest.mark.parametrize("device", [pytest.param("cpu", marks=NEEDS_BF16),
+                                    pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_fast_transcripts_equal_fp32(device: str) -> None:
     import asr
 
-    fp32 = {r.id: asr.normalize_english(r.transcript) for r in _round_trip("cuda", "fp32")
+    fp32 = {r.id: asr.normalize_english(r.transcript) for r in _round_trip(device, "fp32")
             if r.language == "en"}
-    fast = {r.id: asr.normalize_english(r.transcript) for r in _round_trip("cuda", "fast")
+    fast = {r.id: asr.normalize_english(r.transcript) for r in _round_trip(device, "fast")
             if r.language == "en"}
     differ = [f"{k}: fp32 {fp32[k]!r}, fast {fast[k]!r}" for k in fp32 if fast[k] != fp32[k]]
     assert not differ, "fast and fp32 transcripts differ:\n" + "\n".join(differ)

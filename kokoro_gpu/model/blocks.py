@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import CheckpointError
 from ..ops import adain, conv1d, conv_transpose1d, linear, upsample_nearest
+from ..ops.bf16_conv import BF16Conv1d, BF16Sequence, adain_bf16
 from ..ops.fast_conv import Method, PreparedConv1d
 
 Weights = Mapping[str, np.ndarray]
@@ -22,12 +23,16 @@ FloatType = type[np.floating]
 
 
 class Params:
-    """Folded weights under one name prefix, returned as contiguous arrays of the model dtype."""
+    """Folded weights under one name prefix, returned as contiguous arrays of the model dtype.
 
-    def __init__(self, weights: Weights, dtype: FloatType, prefix: str = "") -> None:
+    ``fast``: the layers built from them take the fast precision's bf16 convolutions.
+    """
+
+    def __init__(self, weights: Weights, dtype: FloatType, prefix: str = "", fast: bool = False) -> None:
         self.weights = weights
         self.dtype = dtype
         self.prefix = prefix
+        self.fast = fast
 
     def _full(self, name: str) -> str:
         return f"{self.prefix}.{name}" if self.prefix else name
@@ -44,7 +49,7 @@ class Params:
         return np.ascontiguousarray(w, dtype=self.dtype)
 
     def sub(self, name: str) -> Params:
-        return Params(self.weights, self.dtype, self._full(name))
+        return Params(self.weights, self.dtype, self._full(name), self.fast)
 
 
 def record(trace: dict[str, np.ndarray] | None, key: str, value: np.ndarray) -> None:
@@ -68,7 +73,8 @@ class Conv1d:
     """Conv1d with fixed stride and dilation; padding "same" for stride 1 unless given.
 
     Stride 1 runs as a :class:`PreparedConv1d` (weights laid out once; ``method``
-    None picks the fastest transform for the shape), other strides as ``conv1d``.
+    None picks the fastest transform for the shape), or in fast precision as a
+    :class:`BF16Conv1d`; other strides as ``conv1d``.
     """
 
     def __init__(self, p: Params, stride: int = 1, dilation: int = 1, pad: int | None = None,
@@ -79,12 +85,15 @@ class Conv1d:
         self.dilation = dilation
         self.pad = dilation * (w.shape[-1] - 1) // 2 if pad is None else pad
         # The prepared form holds the weights it needs; only a strided conv keeps them as given.
-        self.prepared = PreparedConv1d(w, self.b, self.pad, dilation, method) if stride == 1 else None
+        self.prepared: PreparedConv1d | BF16Conv1d | None = None
+        if stride == 1:
+            self.prepared = (BF16Conv1d(w, self.b, self.pad, dilation) if p.fast
+                             else PreparedConv1d(w, self.b, self.pad, dilation, method))
         self.w = w if self.prepared is None else None
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
+    def __call__(self, x: np.ndarray | BF16Sequence) -> np.ndarray:
         if self.prepared is not None:
-            return self.prepared(x)
+            return self.prepared(x)  # type: ignore[arg-type]  # a BF16Sequence only reaches a BF16Conv1d
         return conv1d(x, self.w, self.b, stride=self.stride, pad=self.pad, dilation=self.dilation)
 
 
@@ -126,6 +135,7 @@ class AdaINResBlock1:
     """
 
     def __init__(self, p: Params, dilations: Sequence[int]) -> None:
+        self.fast = p.fast
         self.layers = [
             (
                 Linear(p.sub(f"adain1.{j}.fc")),
@@ -140,8 +150,12 @@ class AdaINResBlock1:
 
     def __call__(self, x: np.ndarray, s: np.ndarray) -> np.ndarray:
         for fc1, a1, c1, fc2, a2, c2 in self.layers:
-            xt = c1(adain(x, fc1(s), "snake", alpha=a1))
-            y = c2(adain(xt, fc2(s), "snake", alpha=a2))
+            if self.fast:  # each AdaIN hands its conv the bf16 input, padded, that it reads in place
+                xt = c1(adain_bf16(x, fc1(s), c1.pad, "snake", alpha=a1))
+                y = c2(adain_bf16(xt, fc2(s), c2.pad, "snake", alpha=a2))
+            else:
+                xt = c1(adain(x, fc1(s), "snake", alpha=a1))
+                y = c2(adain(xt, fc2(s), "snake", alpha=a2))
             y += x  # in place: the conv's output is a fresh array
             x = y
         return x

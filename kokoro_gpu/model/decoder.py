@@ -14,8 +14,8 @@ class Decoder:
 
     n_decode = 4
 
-    def __init__(self, config: ModelConfig, weights: Weights, dtype: FloatType) -> None:
-        p = Params(weights, dtype, "decoder")
+    def __init__(self, config: ModelConfig, weights: Weights, dtype: FloatType, fast: bool = False) -> None:
+        p = Params(weights, dtype, "decoder", fast)
         self.f0_conv = Conv1d(p.sub("F0_conv"), stride=2, pad=1)
         self.n_conv = Conv1d(p.sub("N_conv"), stride=2, pad=1)
         # Winograd for the wide k3 convs; the F0/N stacks keep the direct GEMM, whose split by output
@@ -25,7 +25,7 @@ class Decoder:
         # Only the last decode block upsamples; the side inputs are appended up to and including it.
         self.decode = [AdainResBlk1d(p.sub(f"decode.{i}"), upsample=i == self.n_decode - 1, method="winograd")
                        for i in range(self.n_decode)]
-        self.generator = Generator(config, weights, dtype)
+        self.generator = Generator(config, weights, dtype, fast)
 
     def __call__(
         self,

@@ -68,8 +68,8 @@ class _Stage:
 class Generator:
     """``decoder.generator.*``: x [C, 2F] + style + F0 [2F] -> audio [600 F]."""
 
-    def __init__(self, config: ModelConfig, weights: Weights, dtype: FloatType) -> None:
-        p = Params(weights, dtype, "decoder.generator")
+    def __init__(self, config: ModelConfig, weights: Weights, dtype: FloatType, fast: bool = False) -> None:
+        p = Params(weights, dtype, "decoder.generator", fast)
         ist = config.istftnet
         self.n_fft = int(ist["gen_istft_n_fft"])
         self.hop = int(ist["gen_istft_hop_size"])

@@ -21,20 +21,26 @@ class KModelCPU:
     """Reference CPU backend: folded weights (docs/DESIGN.md) in, audio and durations out.
 
     Weights are cast to ``dtype`` once here; float64 is supported for
-    debugging against a float64 reference.
+    debugging against a float64 reference. ``fast``: the text encoder's,
+    decoder's and generator's stride-1 convolutions take bf16 operands
+    (:mod:`kokoro_gpu.ops.bf16_conv`; float32 only), the parts that the CUDA
+    fast precision rounds too; the token path, durations and F0 / N stay float32.
     """
 
     def __init__(
-        self, config: ModelConfig, weights: Weights, dtype: type[np.floating] = np.float32
+        self, config: ModelConfig, weights: Weights, dtype: type[np.floating] = np.float32, fast: bool = False
     ) -> None:
         self.config = config
         self.dtype = np.dtype(dtype).type
+        if fast and self.dtype is not np.float32:
+            raise ValueError("the fast precision runs float32 models only")
+        self.fast = fast
         self.bert = Albert(config, weights, self.dtype)
         p = Params(weights, self.dtype)
         self.bert_encoder = (p("bert_encoder.weight"), p("bert_encoder.bias"))
         self.predictor = ProsodyPredictor(config, weights, self.dtype)
-        self.text_encoder = TextEncoder(config, weights, self.dtype)
-        self.decoder = Decoder(config, weights, self.dtype)
+        self.text_encoder = TextEncoder(config, weights, self.dtype, fast)
+        self.decoder = Decoder(config, weights, self.dtype, fast)
 
     def _check_inputs(
         self, input_ids: np.ndarray, ref_s: np.ndarray, speed: float

@@ -15,8 +15,8 @@ class TextEncoder:
     slope = 0.2
     eps = 1e-5
 
-    def __init__(self, config: ModelConfig, weights: Weights, dtype: FloatType) -> None:
-        p = Params(weights, dtype, "text_encoder")
+    def __init__(self, config: ModelConfig, weights: Weights, dtype: FloatType, fast: bool = False) -> None:
+        p = Params(weights, dtype, "text_encoder", fast)
         self.embedding = p("embedding.weight")
         self.cnn = [
             (Conv1d(p.sub(f"cnn.{i}.0")), p(f"cnn.{i}.1.gamma"), p(f"cnn.{i}.1.beta"))

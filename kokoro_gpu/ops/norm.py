@@ -5,6 +5,7 @@ Variances are biased (divide by n), as in PyTorch's normalisation layers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Literal
 
@@ -87,17 +88,37 @@ def adain(
     cache, so the sequence is read once and written once; on the generator's
     long sequences each pass over memory costs more than the math.
     """
+    out = np.empty(x.shape, dtype=x.dtype)
+    adain_blocks(x, style_gb, lambda rows: out[rows], act, slope, alpha, eps)
+    return out
+
+
+def adain_blocks(
+    x: np.ndarray,
+    style_gb: np.ndarray,
+    block_out: Callable[[slice], np.ndarray],
+    act: Literal["leaky_relu", "snake"] | None = None,
+    slope: float = 0.2,
+    alpha: np.ndarray | None = None,
+    eps: float = 1e-5,
+    block_done: Callable[[slice, np.ndarray], None] | None = None,
+) -> None:
+    """:func:`adain` block by block of channels: rows ``rows`` of the result go to ``block_out(rows)``.
+
+    ``block_out`` returns an array of x's dtype and the block's shape (a view
+    of the result, or a scratch block); ``block_done(rows, block)``, when
+    given, is then called with it (the fast precision rounds it to bf16 there).
+    """
     if act not in (None, "leaky_relu", "snake"):
         raise ValueError(f"unknown activation {act!r}")
     if act == "snake" and alpha is None:
         raise ValueError("adain with act='snake' needs alpha")
     gamma, beta = _split_style(style_gb)
     one, eps_t, slope_t = x.dtype.type(1), x.dtype.type(eps), x.dtype.type(slope)
-    out = np.empty(x.shape, dtype=x.dtype)
 
     def run_blocks(blocks: list[slice]) -> None:
         for rows in blocks:
-            dst = out[rows]
+            dst = block_out(rows)
             # (x - mean) * ((1 + gamma) / std) + beta, on one temporary; dst holds the squares meanwhile.
             y = np.subtract(x[rows], x[rows].mean(axis=-1, keepdims=True))
             var = np.square(y, out=dst).mean(axis=-1, keepdims=True)  # pairwise summation, as mean's
@@ -109,8 +130,9 @@ def adain(
                 snake(y, alpha[rows], out=dst)
             else:
                 dst[...] = y
+            if block_done is not None:
+                block_done(rows, dst)
 
     blocks = _row_blocks(x.shape)
     workers = min(worker_count(), len(blocks))
     run_parallel([partial(run_blocks, blocks[i::workers]) for i in range(workers)])
-    return out
