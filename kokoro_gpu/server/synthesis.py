@@ -3,7 +3,9 @@
 The text is cut into pieces (the first sentence, the rest of its line, each
 further line) that are phonemised in a process pool, one piece ahead of the
 audio, so the event loop never runs G2P and the first sentence is synthesised
-without waiting for the rest. Each piece's chunks (at most 510 phonemes, cut at
+without waiting for the rest. A request's second piece is sent to the pool once
+its first is done, so that many requests arriving together have their first
+sentences phonemised first (the pool takes tasks in order). Each piece's chunks (at most 510 phonemes, cut at
 sentence and clause ends, as ``KokoroTTS.synthesize`` cuts a line) go to the
 scheduler at most ``lookahead`` ahead of the one being sent, each with the time
 a listener who started at the request would need it as its priority (request
@@ -88,8 +90,8 @@ class Synthesizer:
         pieces = text_pieces(job.text)
         pending: deque[tuple[Future[list[Chunk]], float]] = deque()
         try:
-            for k in range(min(2, len(pieces))):
-                pending.append((self.pool.submit(phonemize_piece, pieces[k], job.lang, self.limit),
+            if pieces:
+                pending.append((self.pool.submit(phonemize_piece, pieces[0], job.lang, self.limit),
                                 time.perf_counter()))
             submitted = len(pending)
             while pending:

@@ -1,14 +1,16 @@
-"""The server's chunk deadlines: each chunk's priority is the request time plus the audio before it,
-the audio of chunks not yet made estimated from their phonemes (so a stream's second chunk does not
-compete with other streams' first chunks).
+"""The server's Synthesizer: the order in which a request's text reaches the front-end pool, and
+its chunks' deadlines (each chunk's priority is the request time plus the audio before it, the audio
+of chunks not yet made estimated from their phonemes, so a stream's second chunk does not compete
+with other streams' first chunks).
 
-A recording scheduler stands in for the engine (it answers at once with silence of the estimated
-length); the text front end is the real one.
+A recording scheduler stands in for the engine (it answers at once with silence of a given length);
+the text front end is the real one, in a thread pool that records what it is given.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import SimpleNamespace
@@ -44,12 +46,27 @@ class RecordingScheduler:
         return future
 
 
-def _run(scheduler: RecordingScheduler, speed: float) -> float:
+class RecordingPool(ThreadPoolExecutor):
+    """A one-thread pool that logs ("submit", piece) and ("done", piece) in order."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.log: list[tuple[str, str]] = []
+
+    def submit(self, fn, /, *args, **kwargs):
+        piece = args[0]
+        self.log.append(("submit", piece))
+        future = super().submit(fn, *args, **kwargs)
+        future.add_done_callback(lambda _: self.log.append(("done", piece)))
+        return future
+
+
+def _run(scheduler: RecordingScheduler, speed: float, pool: ThreadPoolExecutor | None = None) -> float:
     config = ModelConfig.load()
     tts = SimpleNamespace(config=config, sample_rate=24000)
     job = SpeechJob(TEXT, "af_heart", np.zeros((510, 1, 256), np.float32), "en-us", speed, "pcm", "audio",
                     None, True)
-    with ThreadPoolExecutor(1) as pool:
+    with pool or ThreadPoolExecutor(1) as pool:
         synthesizer = Synthesizer(tts, scheduler, pool, lookahead=2, deterministic=True)
 
         async def consume() -> float:
@@ -80,3 +97,15 @@ def test_chunk_deadlines_add_the_audio_before_each_chunk(speed: float) -> None:
     for i in range(1, len(specs)):
         before = sum(received[: i - 1]) + estimate[i - 1]
         assert specs[i].priority - specs[0].priority == pytest.approx(before, rel=0.02, abs=0.05), i
+
+
+def test_each_piece_goes_to_the_pool_once_the_one_before_is_done():
+    """One piece ahead, from the first: the first sentence goes alone (many requests arriving
+    together get their first sentences phonemised before anyone's second piece)."""
+    pool = RecordingPool()
+    _run(RecordingScheduler(lambda spec: 0.5), 1.0, pool)
+    submitted = [piece for event, piece in pool.log if event == "submit"]
+    assert submitted[0] == "The first sentence is short."
+    assert len(submitted) == 4, submitted
+    for before, after in itertools.pairwise(submitted):
+        assert pool.log.index(("done", before)) < pool.log.index(("submit", after)), pool.log
