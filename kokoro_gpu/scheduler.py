@@ -4,10 +4,15 @@
 ``concurrent.futures.Future`` of a ``ChunkOutput`` (``submit_many`` queues
 several at once, ``submit_async`` is the asyncio form). One worker thread per
 backend lane (the CUDA engine's lanes: streams with their own workspace; one
-elsewhere) takes pending chunks as soon as its lane is free (lower
-``priority`` first, then longer chunks, then arrival order) and runs them in
+elsewhere) takes pending chunks as soon as its lane is free and runs them in
 one ``backend.forward_on_lane`` call: a chunk submitted while others run
-starts when a lane frees, not after a whole batch drains. A worker takes a
+starts when a lane frees, not after a whole batch drains. Order: lower
+``priority`` first; then earliest deadline, a chunk's arrival plus a few
+times its idle latency (estimated from its length), so that under load every
+chunk waits about in proportion to its own length and a short chunk is not
+queued behind every long one that came just before it; chunks submitted
+together share their longest one's deadline (then longer first, which evens
+out the lanes), then arrival order. A worker takes a
 share of the queue that shrinks as it empties (the queue over twice the
 lanes, at most ``max_batch``), so lanes that took long chunks and lanes that
 took short ones finish together. With one lane, an idle backend's first
@@ -45,6 +50,12 @@ logger = logging.getLogger("kokoro_gpu")
 DEFAULT_MAX_BATCH = {"cuda": 16, "cpu": 1}
 DEFAULT_MAX_QUEUE = 4096
 DEFAULT_GATHER_S = 0.002
+# A chunk's deadline: its arrival plus DEADLINE_SLACK times its idle latency, estimated as
+# IDLE_BASE_S + IDLE_PER_TOKEN_S per token (an H100's replayed chunks on real weights: ~3 ms at
+# 100 tokens). Only the order of deadlines matters, so the estimate need not fit every GPU.
+DEADLINE_SLACK = 4.0
+IDLE_BASE_S = 0.002
+IDLE_PER_TOKEN_S = 1e-5
 
 
 class SchedulerClosedError(KokoroError):
@@ -77,10 +88,16 @@ class ChunkOutput:
     durations: np.ndarray
 
 
+def idle_estimate_s(tokens: int) -> float:
+    """A chunk's latency on an idle GPU, roughly, from its token count (for deadlines only)."""
+    return IDLE_BASE_S + IDLE_PER_TOKEN_S * tokens
+
+
 @dataclass(order=True)
 class _Entry:
     priority: float
-    longer_first: int  # minus the token count: of equal priority, long chunks start first
+    deadline: float  # arrival + DEADLINE_SLACK x the idle estimate of its submission's longest chunk
+    longer_first: int  # minus the token count: of one submission, long chunks start first
     order: int
     spec: ChunkSpec = field(compare=False)
     future: Future[ChunkOutput] = field(compare=False)
@@ -146,9 +163,17 @@ class ChunkScheduler:
                     "retry in a moment"
                 )
             now = time.monotonic()
+            longest = max((int(np.size(spec.input_ids)) for spec in specs), default=0)
+            deadline = now + DEADLINE_SLACK * idle_estimate_s(longest)
             for spec, future in zip(specs, futures, strict=True):
                 entry = _Entry(
-                    spec.priority, -int(np.size(spec.input_ids)), next(self._order), spec, future, now
+                    spec.priority,
+                    deadline,
+                    -int(np.size(spec.input_ids)),
+                    next(self._order),
+                    spec,
+                    future,
+                    now,
                 )
                 heapq.heappush(self._heap, entry)
             self._queued += len(specs)

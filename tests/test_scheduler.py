@@ -413,3 +413,30 @@ def test_cuda_cancelled_and_refused_chunks_leave_the_rest_exact(tmp_path_factory
                                                deterministic=False, seed=spec.seed)
         np.testing.assert_array_equal(out.durations, durations)
         np.testing.assert_array_equal(out.audio, audio)
+
+
+def _spec_of_length(tag: int, tokens: int) -> ChunkSpec:
+    ids = np.zeros(tokens, dtype=np.int64)
+    ids[1:-1] = tag
+    return ChunkSpec(ids, np.full(256, tag / 100, dtype=np.float32))
+
+
+def test_a_short_chunk_is_not_queued_behind_a_long_one_that_came_just_before():
+    """Equal priorities go by deadline (arrival plus a multiple of the idle latency its length
+    predicts): a 5-token chunk submitted right after a 500-token one starts first; chunks of one
+    submission go longest first."""
+    backend = LaneBackend()
+    backend.lane_gates[0].clear()
+    with ChunkScheduler(backend, lanes=1, max_batch=1, gather_s=0) as scheduler:
+        blocker = scheduler.submit(_spec(1))
+        assert backend.lane_started[0].wait(10)
+        long_chunk = scheduler.submit(_spec_of_length(2, 500))
+        short_chunk = scheduler.submit(_spec_of_length(3, 5))
+        together = scheduler.submit_many([_spec_of_length(4, 5), _spec_of_length(5, 300)])
+        backend.lane_gates[0].set()
+        for f in [blocker, long_chunk, short_chunk, *together]:
+            f.result(timeout=10)
+    order = [tags[0] for _, tags in backend.calls]
+    assert order[0] == 1
+    assert order.index(3) < order.index(2), "the short chunk went behind the long one"
+    assert order.index(5) < order.index(4), "one submission's chunks go longest first"
