@@ -5,8 +5,9 @@ further line) that are phonemised in a process pool, one piece ahead of the
 audio, so the event loop never runs G2P and the first sentence is synthesised
 without waiting for the rest. A request's second piece is sent to the pool once
 its first is done, so that many requests arriving together have their first
-sentences phonemised first (the pool takes tasks in order). Each piece's chunks (at most 510 phonemes, cut at
-sentence and clause ends, as ``KokoroTTS.synthesize`` cuts a line) go to the
+sentences phonemised first (the pool takes tasks in order). Each piece's chunks
+(at most 510 phonemes, cut at sentence and clause ends, as
+``KokoroTTS.synthesize`` cuts a line) go to the
 scheduler at most ``lookahead`` ahead of the one being sent, each with the time
 a listener who started at the request would need it as its priority (request
 time + the audio before it: earliest deadline first, so first chunks go early
@@ -133,23 +134,19 @@ class Synthesizer:
         exhausted = False
         index = 0
         offset = 0.0  # seconds of audio received
-        pending_s = 0.0  # estimated seconds of the chunks in flight
-
-        def estimate_s(chunk: Chunk) -> float:
-            return len(chunk.phonemes) * SECONDS_PER_PHONEME / job.speed
         held = np.zeros(0, dtype=np.float32)  # the last chunk's tail, sent once the next is known
 
         async def fill() -> None:
-            nonlocal exhausted, index, pending_s
+            nonlocal exhausted, index
             while not exhausted and len(inflight) < self.lookahead:
                 chunk = await anext(chunks, None)
                 if chunk is None:
                     exhausted = True
                     return
                 # The audio before this chunk: what was received, and an estimate of what is in flight.
-                spec = self._spec(job, chunk, index, started + offset + pending_s)
+                pending = sum(len(c.phonemes) for c, _ in inflight) * SECONDS_PER_PHONEME / job.speed
+                spec = self._spec(job, chunk, index, started + offset + pending)
                 inflight.append((chunk, self.scheduler.submit(spec)))
-                pending_s += estimate_s(chunk)
                 index += 1
 
         try:
@@ -160,7 +157,6 @@ class Synthesizer:
             while inflight:
                 chunk, future = inflight.popleft()
                 out = await asyncio.wrap_future(future)
-                pending_s = max(0.0, pending_s - estimate_s(chunk))
                 audio = np.asarray(out.audio, dtype=np.float32)
                 if not first and len(held) and len(audio):
                     held = _fade(held, fade_in=False)
