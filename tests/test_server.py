@@ -8,6 +8,7 @@ because the CPU backend takes about a second each. Audio is compared with
 from __future__ import annotations
 
 import base64
+import io
 import itertools
 import json
 import threading
@@ -87,8 +88,6 @@ def test_lossless_formats_equal_synthesize(client, reference, tmp_path, fmt):
 
 @pytest.mark.parametrize("fmt", ["mp3", "opus", "aac"])
 def test_lossy_formats_sound_like_synthesize(client, reference, tmp_path, fmt):
-    if fmt == "aac":
-        pytest.importorskip("av", reason="aac needs PyAV")
     audio = decode(_speak(client, tmp_path / f"out.{fmt}", response_format=fmt), fmt)
     assert abs(len(audio) - len(reference)) < 0.1 * 24000, "the decoded length is off by over 100 ms"
     similarity = band_similarity(audio, reference)
@@ -429,6 +428,58 @@ def test_voices_are_read_from_the_list_never_the_working_directory(model_dir, tm
                        ServerSettings())
     assert job.voice == "af_heart(1)"
     np.testing.assert_array_equal(job.pack, tts.voices.load(model_dir / "voices" / "af_heart.safetensors"))
+
+
+def test_serve_without_pyav_is_a_one_line_error(monkeypatch, capsys):
+    """kokoro-serve in an environment without PyAV (the serve extra's encoders) exits 2 naming the extra."""
+    import sys
+
+    from kokoro_gpu.server import main
+
+    for name in [m for m in sys.modules if m.startswith("kokoro_gpu.server.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "av", None)  # import av: ModuleNotFoundError
+    assert main(["--model", "nowhere"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "kokoro-serve: error: the server needs av; install it with: pip install 'kokoro-gpu[serve]'"
+
+
+@pytest.mark.parametrize("fmt", ["opus", "mp3"])
+def test_codecs_send_each_chunk_with_it(fmt):
+    """A chunk's audio leaves with it: of a first chunk of half a second, all but a codec frame and Ogg's
+    page (100 ms) decodes before the second chunk is encoded, and the whole stream decodes (with
+    libsndfile, not the encoder's FFmpeg) to the audio's length."""
+    import soundfile
+
+    from kokoro_gpu.server.encoders import make_encoder
+
+    t = np.arange(24000 * 2) / 24000
+    audio = (0.3 * np.sin(2 * np.pi * 220 * t) * np.sin(2 * np.pi * 3 * t)).astype(np.float32)
+    encoder = make_encoder(fmt)
+    first = encoder.encode(audio[:12000])
+    rest = encoder.encode(audio[12000:]) + encoder.finish()
+    head, rate = soundfile.read(io.BytesIO(first), dtype="float32")
+    assert rate == 24000 and len(head) >= 12000 - 2400 - 312, len(head)  # 100 ms and a codec's lookahead
+    whole, _ = soundfile.read(io.BytesIO(first + rest), dtype="float32")
+    assert abs(len(whole) - len(audio)) < 2400, len(whole)  # LAME's delay and padding: ~1,500 samples
+    assert band_similarity(whole, audio) > 0.9
+
+
+def test_encoder_benchmark_script(model_dir, capsys):
+    """scripts/bench_encoders.py: a row per response format and libsndfile's MP3 and Opus beside them,
+    each with a positive speed and the bit rate of what the encoder wrote."""
+    from script_modules import load_script
+
+    bench_encoders = load_script("bench_encoders")
+    assert bench_encoders.main(["--model", str(model_dir), "--voice", "af_heart", "--repeats", "1"]) == 0
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    table = {(r[0].strip(), r[1].strip()): (float(r[2].replace(",", "")), float(r[3])) for r in rows[1:]}
+    assert {fmt for fmt, _ in table} == {"mp3", "opus", "aac", "flac", "wav", "pcm"}
+    assert {("mp3", "libsndfile (not used)"), ("opus", "libsndfile (not used)")} <= set(table)
+    assert all(speed > 0 for speed, _ in table.values())
+    assert table[("mp3", "PyAV (LAME)")][1] == pytest.approx(80, rel=0.05)  # constant 80 kbit/s
+    assert table[("pcm", "kokoro_gpu")][1] == pytest.approx(384.0, rel=1e-3)  # 16-bit mono at 24 kHz
+    assert table[("opus", "PyAV (libopus)")][1] < 64  # about its 32 kbit/s
 
 
 def test_load_test_script_against_the_server(server):

@@ -15,7 +15,7 @@ from fastapi import Request
 from ..api import KokoroTTS, choose_lang
 from ..errors import KokoroError, VoiceError
 from ..voices import parse_mix
-from .encoders import FORMATS, aac_available
+from .encoders import FORMATS
 from .errors import ApiError
 from .settings import ServerSettings
 
@@ -154,9 +154,6 @@ def parse_speech(data: dict[str, Any], tts: KokoroTTS, voices: Sequence[str],
     if fmt not in FORMATS:
         raise ApiError(400, f"unknown response_format {fmt!r}; use one of {', '.join(FORMATS)}",
                        param="response_format", code="invalid_value")
-    if fmt == "aac" and not aac_available():
-        raise ApiError(400, "response_format 'aac' needs PyAV, which this server lacks; use mp3, opus, "
-                       "flac, wav or pcm", param="response_format", code="unsupported_format")
     stream_format = _field(data, "stream_format", str, "audio")
     if stream_format not in STREAM_FORMATS:
         raise ApiError(400, f"unknown stream_format {stream_format!r}; use audio or sse",

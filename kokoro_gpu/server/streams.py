@@ -27,7 +27,14 @@ from ..api import KokoroTTS
 from ..config import SAMPLE_RATE
 from ..errors import InputError, KokoroError, QueueFullError
 from ..scheduler import ChunkScheduler
-from .encoders import CODEC_FORMATS, MEDIA_TYPES, SOUNDFILE_FORMATS, StreamEncoder, make_encoder, pcm16
+from .encoders import (
+    CODEC_FORMATS,
+    MEDIA_TYPES,
+    SOUNDFILE_FORMATS,
+    StreamEncoder,
+    make_encoder,
+    pcm16,
+)
 from .errors import ApiError
 from .metrics import Metrics
 from .settings import ServerSettings
@@ -238,7 +245,7 @@ async def whole(stream: SpeechStream) -> tuple[bytes, list[dict]]:
 
 
 def encode_file(audio: np.ndarray, fmt: str) -> bytes:
-    if fmt in ("pcm", "aac"):
+    if fmt not in SOUNDFILE_FORMATS:  # pcm, and the codecs (streams: their headers need no sizes)
         encoder = make_encoder(fmt)
         return encoder.encode(audio) + encoder.finish()
     import soundfile
