@@ -189,15 +189,26 @@ def test_missing_tensor_is_a_checkpoint_error(cfg, weights):
 
 
 def test_branches_on_threads_match_one_thread(cfg, weights, inputs, traced, monkeypatch):
-    """The worker-thread schedule (and split GEMMs) computes what one thread computes."""
+    """The worker-thread schedule (and split GEMMs) computes what one thread computes: the same
+    durations, and every module up to the generator within float32 rounding. The generator is then
+    compared on the threaded run's own inputs: its STFT phase channels are ill-conditioned (REFERENCE.md),
+    so a rounding-level difference in F0, accumulated over the harmonic source's phase, can turn a
+    near-silent bin's angle by 2 pi and the audio with it; on the same F0 the phases are the same."""
     from kokoro_gpu.ops import parallel
 
     monkeypatch.setattr(parallel, "worker_count", lambda: 1)
     monkeypatch.setattr("kokoro_gpu.ops.fast_conv.worker_count", lambda: 1)
+    model = KModelCPU(cfg, weights)
     trace: dict[str, np.ndarray] = {}
-    audio, dur = KModelCPU(cfg, weights).forward_with_tokens(*inputs, 1.0, trace=trace)
+    _, dur = model.forward_with_tokens(*inputs, 1.0, trace=trace)
     np.testing.assert_array_equal(dur, traced[1])
-    for key in ("t_en", "F0", "N", "dec_out", "gen_post"):
+    for key in ("t_en", "F0", "N", "dec_out"):
         scale = np.abs(trace[key]).max()
         np.testing.assert_allclose(trace[key], traced[2][key], rtol=1e-5, atol=1e-5 * scale)
+    s_dec = inputs[1][: cfg.style_dim]
+    gen_trace: dict[str, np.ndarray] = {}
+    audio = model.decoder.generator(traced[2]["dec_out"], s_dec, traced[2]["F0"], trace=gen_trace)
+    np.testing.assert_array_equal(gen_trace["har"], traced[2]["har"])
+    scale = np.abs(gen_trace["gen_post"]).max()
+    np.testing.assert_allclose(gen_trace["gen_post"], traced[2]["gen_post"], rtol=1e-5, atol=1e-5 * scale)
     np.testing.assert_allclose(audio, traced[0], rtol=1e-4, atol=1e-4 * np.abs(audio).max())

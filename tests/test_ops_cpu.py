@@ -289,7 +289,9 @@ def test_prepared_conv1d_matches_naive_loop(rng, method, c_in, c_out, k, pad, di
 
 @pytest.mark.parametrize(("method", "k"), [("winograd", 3), ("dft", 7), ("dft", 11)])
 def test_prepared_conv1d_float32_chunked(rng, monkeypatch, method, k):
-    """float32 within float32 rounding of the float64 truth; chunks of columns change nothing."""
+    """float32 within float32 rounding of the float64 truth, chunked or not. Chunks of columns change
+    only the GEMMs' blocking (BLAS kernels may order their sums by the column count), so chunked and
+    whole agree to the transforms' rounding: a few ulps amplified by Winograd's points (up to 2)."""
     x = rng.standard_normal((16, 700)).astype(np.float32)
     w = (rng.standard_normal((8, 16, k)) / np.sqrt(16 * k)).astype(np.float32)
     conv = fast_conv.PreparedConv1d(w, None, pad=3 * (k - 1) // 2, dilation=3, method=method)
@@ -297,7 +299,7 @@ def test_prepared_conv1d_float32_chunked(rng, monkeypatch, method, k):
     monkeypatch.setattr(fast_conv, "_CHUNK_COLUMNS", 60)  # a few tiles per chunk
     chunked = conv(x)
     assert chunked.dtype == np.float32
-    np.testing.assert_allclose(chunked, whole, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(chunked, whole, rtol=0, atol=1e-5 * np.abs(whole).max())
     truth = ops.conv1d(x.astype(np.float64), w.astype(np.float64), pad=3 * (k - 1) // 2, dilation=3)
     assert np.linalg.norm(chunked - truth) / np.linalg.norm(truth) < 5e-6
 
