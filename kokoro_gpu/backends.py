@@ -38,7 +38,7 @@ import logging
 import secrets
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -55,6 +55,8 @@ DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("fp32", "fast")
 # One utterance of a batch: token ids int64 [T], style [256], speed, seed (None: fresh).
 BatchItem = tuple[np.ndarray, np.ndarray, float, int | None]
+# Called with (item index, audio, durations) as each result of a forward_on_lane call is ready.
+ResultCallback = Callable[[int, np.ndarray, np.ndarray], None]
 # The oldest GPU generation the native engine is compiled for (Ampere).
 MIN_COMPUTE_CAPABILITY = (8, 0)
 _NATIVE_MODULE = f"{__package__}._native"
@@ -96,10 +98,33 @@ class Backend(ABC):
         ]
 
     def forward_on_lane(
-        self, lane: int, items: Sequence[BatchItem], *, deterministic: bool
+        self,
+        lane: int,
+        items: Sequence[BatchItem],
+        *,
+        deterministic: bool,
+        on_result: ResultCallback | None = None,
     ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """``forward_batch`` on lane ``lane`` (0 .. ``lanes`` - 1); calls on different lanes may overlap."""
-        return self.forward_batch(items, deterministic=deterministic)
+        """``forward_batch`` on lane ``lane`` (0 .. ``lanes`` - 1); calls on different lanes may overlap.
+
+        ``on_result(i, audio, durations)``, if given, gets each result as soon as it is ready, before
+        the call returns them all; its first error is raised after the last item.
+        """
+        if on_result is None:
+            return self.forward_batch(items, deterministic=deterministic)
+        results: list[tuple[np.ndarray, np.ndarray]] = []
+        error: BaseException | None = None
+        for i, (ids, ref_s, speed, seed) in enumerate(items):
+            pair = self.forward(ids, ref_s, speed, deterministic=deterministic, seed=seed)
+            results.append(pair)
+            if error is None:
+                try:
+                    on_result(i, *pair)
+                except Exception as e:  # raised below, once the items are done
+                    error = e
+        if error is not None:
+            raise error
+        return results
 
 
 class CPUBackend(Backend):
@@ -421,10 +446,21 @@ class CUDABackend(Backend):
         ]
 
     def forward_on_lane(
-        self, lane: int, items: Sequence[BatchItem], *, deterministic: bool
+        self,
+        lane: int,
+        items: Sequence[BatchItem],
+        *,
+        deterministic: bool,
+        on_result: ResultCallback | None = None,
     ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The utterances on one lane, concurrently with other lanes' calls (a scheduler thread per lane)."""
-        pairs = self._engine.forward_on_lane(lane, _engine_items(items, deterministic), deterministic)
+        """The utterances on one lane, concurrently with other lanes' calls (a scheduler thread per lane).
+
+        The engine hands each result to ``on_result`` as soon as its audio is in host memory, while the
+        lane runs the rest of the call (a group's short chunks do not wait for its long ones).
+        """
+        pairs = self._engine.forward_on_lane(
+            lane, _engine_items(items, deterministic), deterministic, on_result
+        )
         return [tuple(pair) for pair in pairs]
 
 

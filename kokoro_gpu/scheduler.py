@@ -6,13 +6,14 @@ several at once, ``submit_async`` is the asyncio form). One worker thread per
 backend lane (the CUDA engine's lanes: streams with their own workspace; one
 elsewhere) takes pending chunks as soon as its lane is free and runs them in
 one ``backend.forward_on_lane`` call: a chunk submitted while others run
-starts when a lane frees, not after a whole batch drains. Order: lower
-``priority`` first; then earliest deadline, a chunk's arrival plus a few
-times its idle latency (estimated from its length), so that under load every
-chunk waits about in proportion to its own length and a short chunk is not
-queued behind every long one that came just before it; chunks submitted
-together share their longest one's deadline (then longer first, which evens
-out the lanes), then arrival order. A worker takes a
+starts when a lane frees, not after a whole batch drains, and each chunk's
+future resolves as soon as its own audio is ready, not when its call ends.
+Order: lower ``priority`` first; then earliest deadline, a chunk's arrival
+plus a few times its idle latency (estimated from its length), so that
+under load every chunk waits about in proportion to its own length and a
+short chunk is not queued behind every long one that came just before it;
+chunks submitted together share their longest one's deadline (then longer
+first, which evens out the lanes), then arrival order. A worker takes a
 share of the queue that shrinks as it empties (the queue over twice the
 lanes, at most ``max_batch``), so lanes that took long chunks and lanes that
 took short ones finish together. With one lane, an idle backend's first
@@ -266,18 +267,22 @@ class ChunkScheduler:
 
     def _forward(self, lane: int, group: list[_Entry], deterministic: bool) -> None:
         items = [(e.spec.input_ids, e.spec.ref_s, e.spec.speed, e.spec.seed) for e in group]
+
+        def deliver(i: int, audio: np.ndarray, durations: np.ndarray) -> None:
+            group[i].future.set_result(ChunkOutput(audio=audio, durations=durations))
+
         try:
             if self._on_lanes:
-                outputs = self.backend.forward_on_lane(lane, items, deterministic=deterministic)
+                self.backend.forward_on_lane(lane, items, deterministic=deterministic, on_result=deliver)
             else:
                 outputs = self.backend.forward_batch(items, deterministic=deterministic)
+                for i, (audio, durations) in enumerate(outputs):
+                    deliver(i, audio, durations)
         except BaseException as e:  # the callers get the error; the worker lives on
             logger.exception("kokoro_gpu: a batch of %d chunks failed", len(group))
             for entry in group:
-                entry.future.set_exception(e)
-            return
-        for entry, (audio, durations) in zip(group, outputs, strict=True):
-            entry.future.set_result(ChunkOutput(audio=audio, durations=durations))
+                if not entry.future.done():
+                    entry.future.set_exception(e)
 
     # -------------------------------------------------------------- shutdown
 

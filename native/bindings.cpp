@@ -4,8 +4,9 @@
 //   utterance with the GIL released and returns (audio, durations, trace or
 //   None); forward_batch(...) runs a list of utterances concurrently and
 //   returns a list of (audio, durations), forward_on_lane(...) the same on
-//   one lane (one scheduler thread per lane); set_phase_timing / phase_times give
-//   the benchmark's per-phase wall-clock breakdown.
+//   one lane (one scheduler thread per lane), handing each result to a
+//   callback as it lands; set_phase_timing / phase_times give the
+//   benchmark's per-phase wall-clock breakdown.
 // - cuda_status() / devices(): raw facts about the driver, runtime and GPUs;
 //   kokoro_gpu.backends turns them into backend_info() and its messages.
 // - C++ errors become kokoro_gpu.errors exceptions: CudaError -> BackendError,
@@ -16,6 +17,7 @@
 
 #include <cuda_runtime.h>
 
+#include <exception>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -168,15 +170,33 @@ py::list engine_forward_batch(kokoro::Engine& engine, const py::list& items, boo
     return audio_list(results);
 }
 
+// The results in the items' order; each also goes to on_result(index,
+// audio, durations) as soon as it lands (the lane goes on meanwhile). The
+// callback's first error is raised once the call is done.
 py::list engine_forward_on_lane(kokoro::Engine& engine, int lane, const py::list& items,
-                                bool deterministic) {
+                                bool deterministic, const py::object& on_result) {
     const BatchItems batch(items, deterministic);
-    std::vector<kokoro::ForwardResult> results;
+    std::vector<py::object> pairs(batch.utterances.size());
+    std::exception_ptr callback_error;
     {
         py::gil_scoped_release release;
-        results = engine.forward_on_lane(lane, batch.utterances);
+        engine.forward_on_lane(lane, batch.utterances,
+                               [&](size_t i, kokoro::ForwardResult result) {
+                                   const py::gil_scoped_acquire acquire;
+                                   const py::tuple pair = audio_and_durations(result);
+                                   pairs[i] = pair;
+                                   if (on_result.is_none() || callback_error) return;
+                                   try {
+                                       on_result(i, pair[0], pair[1]);
+                                   } catch (const py::error_already_set&) {
+                                       callback_error = std::current_exception();
+                                   }
+                               });
     }
-    return audio_list(results);
+    if (callback_error) std::rethrow_exception(callback_error);
+    py::list out;
+    for (const py::object& pair : pairs) out.append(pair);
+    return out;
 }
 
 // Driver and runtime versions and the device count, with the error of the
@@ -258,12 +278,16 @@ PYBIND11_MODULE(_native, m) {
              "[(ids int64 [T], ref_s float32 [256], speed, seed)] -> [(audio, durations)], run "
              "concurrently on several lanes; each equals forward() of the same item.")
         .def("forward_on_lane", &engine_forward_on_lane, py::arg("lane"), py::arg("items"),
-             py::arg("deterministic"),
+             py::arg("deterministic"), py::arg("on_result") = py::none(),
              "forward_batch's items on lane `lane` (0 .. batch_lanes - 1) alone; calls on "
-             "different lanes run concurrently (a scheduler's thread per lane).")
+             "different lanes run concurrently (a scheduler's thread per lane). on_result(index, "
+             "audio, durations), if given, gets each result as soon as it lands.")
+        // These wait for lane 0, whose thread may be waiting for the GIL (forward_on_lane's
+        // on_result): without it.
         .def("set_phase_timing", &kokoro::Engine::set_phase_timing, py::arg("on"),
+             py::call_guard<py::gil_scoped_release>(),
              "While on, forward() records timing events at the model's phase boundaries.")
-        .def("phase_times", &kokoro::Engine::phase_times,
+        .def("phase_times", &kokoro::Engine::phase_times, py::call_guard<py::gil_scoped_release>(),
              "[(mark, ms since the start of the last forward())] in time order (phase timing on).")
         .def_property_readonly("batch_lanes", &kokoro::Engine::batch_lanes,
                                "Lanes a forward_batch runs on: one per 8 GiB of the GPU's memory, "

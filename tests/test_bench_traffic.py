@@ -126,12 +126,12 @@ class HeldBackend(Backend):
             len(input_ids), dtype=np.int64
         )
 
-    def forward_on_lane(self, lane, items, *, deterministic):
+    def forward_on_lane(self, lane, items, *, deterministic, on_result=None):
         with self.lock:
             self.batches.append(len(items))
         self.started.set()
         self.gate.wait()
-        return super().forward_batch(items, deterministic=deterministic)
+        return super().forward_on_lane(lane, items, deterministic=deterministic, on_result=on_result)
 
 
 def test_synthesize_batch_spreads_its_chunks_over_the_lanes(demo_model_dir: Path) -> None:

@@ -476,6 +476,42 @@ def test_forward_batch_equals_one_by_one(
     assert backend.forward_batch([], deterministic=True) == []
 
 
+@pytest.mark.parametrize("backend_name", ["fast", "gpu"])
+def test_forward_on_lane_hands_over_each_result(
+    config: ModelConfig, request: pytest.FixtureRequest, backend_name: str
+) -> None:
+    """forward_on_lane hands each result to on_result once, in the call's order, as it lands (a
+    group's utterances one by one; fp32: groups of one), the same arrays it then returns, each
+    equal to forward() of its item; a callback's error is raised once the call is done, and the
+    lane runs on."""
+    backend: CUDABackend = request.getfixturevalue(backend_name)
+    items = []
+    for i, n in enumerate(GROUPED_BATCH_SIZES[:12]):
+        ids, ref_s = random_inputs(config, n, seed=500 + i)
+        items.append((ids, ref_s, 1.0, 0))
+    handed: list[tuple[int, np.ndarray, np.ndarray]] = []
+    returned = backend.forward_on_lane(
+        1, items, deterministic=True, on_result=lambda i, audio, dur: handed.append((i, audio, dur))
+    )
+    assert [i for i, _, _ in handed] == list(range(len(items)))
+    for (i, audio, dur), (ret_audio, ret_dur), (ids, ref_s, speed, seed) in zip(
+        handed, returned, items, strict=True
+    ):
+        assert audio is ret_audio and dur is ret_dur
+        want_audio, want_dur = backend.forward(ids, ref_s, speed, deterministic=True, seed=seed)
+        np.testing.assert_array_equal(dur, want_dur)
+        assert audio.tobytes() == want_audio.tobytes(), f"item {i}"
+
+    def failing(i: int, audio: np.ndarray, dur: np.ndarray) -> None:
+        if i == 2:
+            raise ValueError("the caller's callback failed")
+
+    with pytest.raises(ValueError, match="callback failed"):
+        backend.forward_on_lane(1, items[:5], deterministic=True, on_result=failing)
+    again = backend.forward_on_lane(1, items[:3], deterministic=True)
+    assert [a.tobytes() for a, _ in again] == [a.tobytes() for a, _ in returned[:3]]
+
+
 def test_batch_lanes_follow_device_memory(fast: CUDABackend) -> None:
     """A batch runs on one lane per 8 GiB of the GPU's memory, four to eight (each lane keeps a
     workspace of its own)."""
@@ -493,6 +529,27 @@ def test_forward_batch_past_the_pinned_bound(fast: CUDABackend, config: ModelCon
     batch = fast.forward_batch([(ids, ref_s, 1.0, 0)] * count, deterministic=True)
     assert sum(audio.nbytes for audio, _ in batch) > 256 << 20
     assert all(audio.tobytes() == one.tobytes() for audio, _ in batch)
+
+
+def test_pinned_blocks_past_the_keep_bound_are_released(fast: CUDABackend, config: ModelConfig) -> None:
+    """More page-locked audio comes back than the pool keeps free (256 MB): the largest blocks go to
+    the pool's releasing thread (freeing page-locked memory waits for the device). Arrays alive
+    meanwhile keep their samples; later results are exact."""
+    ids, ref_s = random_inputs(config, 400, seed=301)
+    one, _ = fast.forward(ids, ref_s, 1.0, deterministic=True, seed=0)
+    longer_ids, longer_ref_s = random_inputs(config, 500, seed=302)
+    longer, _ = fast.forward(longer_ids, longer_ref_s, 1.0, deterministic=True, seed=0)
+    assert longer.size > one.size, "the second shape needs blocks that the first one's do not fit"
+    first = fast.forward_batch([(ids, ref_s, 1.0, 0)] * ((240 << 20) // one.nbytes), deterministic=True)
+    del first  # ~240 MB free in the pool
+    second = fast.forward_batch(
+        [(longer_ids, longer_ref_s, 1.0, 0)] * ((100 << 20) // longer.nbytes), deterministic=True
+    )
+    kept = second[:3]
+    del second  # ~100 MB more comes back: past the bound
+    again = fast.forward_batch([(ids, ref_s, 1.0, 0)] * 8, deterministic=True)
+    assert all(audio.tobytes() == one.tobytes() for audio, _ in again)
+    assert all(audio.tobytes() == longer.tobytes() for audio, _ in kept)
 
 
 def test_synthesize_batch_equals_synthesize(fast: CUDABackend, config: ModelConfig, tmp_path: Path) -> None:

@@ -204,7 +204,7 @@ class LaneBackend(RecordingBackend):
         self.taken: list[int] = []
         self.lock = threading.Lock()
 
-    def forward_on_lane(self, lane, items, *, deterministic):
+    def forward_on_lane(self, lane, items, *, deterministic, on_result=None):
         with self.lock:
             self.taken.append(len(items))
             self.active += 1
@@ -213,8 +213,21 @@ class LaneBackend(RecordingBackend):
         self.lane_gates[lane].wait()
         with self.lock:
             self.calls.append((lane, [int(ids[1]) for ids, *_ in items]))
-            self.active -= 1
-        return [self.forward(*item[:3], deterministic=deterministic, seed=item[3]) for item in items]
+        results = []
+        try:
+            # As the engine does: each result handed on as soon as it is made, then the next item.
+            for i, item in enumerate(items):
+                results.append(self.forward(*item[:3], deterministic=deterministic, seed=item[3]))
+                if on_result is not None:
+                    on_result(i, *results[-1])
+                self.after_item(lane, i)
+        finally:
+            with self.lock:
+                self.active -= 1
+        return results
+
+    def after_item(self, lane: int, index: int) -> None:
+        """Called after each item's result is handed on (tests hold the lane here)."""
 
     def forward_batch(self, items, *, deterministic):
         raise AssertionError("a scheduler over lanes calls forward_on_lane")
@@ -413,6 +426,56 @@ def test_cuda_cancelled_and_refused_chunks_leave_the_rest_exact(tmp_path_factory
                                                deterministic=False, seed=spec.seed)
         np.testing.assert_array_equal(out.durations, durations)
         np.testing.assert_array_equal(out.audio, audio)
+
+
+class HoldAfterFirstItem(LaneBackend):
+    """Holds a call after its first item's result is handed on, until `release` is set; or fails there."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.first_out = threading.Event()
+        self.release = threading.Event()
+        self.fail = fail
+
+    def after_item(self, lane: int, index: int) -> None:
+        if index == 0:
+            self.first_out.set()
+            assert self.release.wait(10)
+            if self.fail:
+                raise RuntimeError("the lane failed after its first chunk")
+
+
+def test_each_chunk_resolves_as_its_own_result_lands():
+    """A call's first chunk resolves while the lane still runs the rest of the call (one call of
+    four: one worker, submitted together), with its own result; the others follow."""
+    backend = HoldAfterFirstItem()
+    with ChunkScheduler(backend, lanes=1, max_batch=8, gather_s=0.05) as scheduler:
+        futures = scheduler.submit_many([_spec(k + 1, seed=k) for k in range(4)])
+        assert backend.first_out.wait(10)
+        done = [f.done() for f in futures]
+        backend.release.set()
+        outputs = [f.result(timeout=10) for f in futures]
+    assert backend.taken == [4]
+    assert done.count(True) == 1, "exactly the first chunk taken has resolved while the lane is held"
+    first = done.index(True)
+    for k, out in enumerate(outputs):
+        spec = _spec(k + 1, seed=k)
+        want, _ = backend.forward(spec.input_ids, spec.ref_s, spec.speed, deterministic=False, seed=k)
+        np.testing.assert_array_equal(out.audio, want)
+    # Of one submission the longest is taken first ([0, tag, tag % 7 + 1, 0] are all 4 tokens: order).
+    assert first == 0
+
+
+def test_a_call_failing_midway_keeps_the_results_already_handed_on():
+    backend = HoldAfterFirstItem(fail=True)
+    with ChunkScheduler(backend, lanes=1, max_batch=8, gather_s=0.05) as scheduler:
+        futures = scheduler.submit_many([_spec(k + 1, seed=k) for k in range(3)])
+        assert backend.first_out.wait(10)
+        backend.release.set()
+        assert futures[0].result(timeout=10).audio.size
+        for f in futures[1:]:
+            with pytest.raises(RuntimeError, match="after its first chunk"):
+                f.result(timeout=10)
 
 
 def _spec_of_length(tag: int, tokens: int) -> ChunkSpec:

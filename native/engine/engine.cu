@@ -2,11 +2,12 @@
 // one per 8 GiB of the GPU's memory, four at least); forward() uses lane 0,
 // forward_batch() one host thread per lane, pulling groups of utterances in
 // turn, forward_on_lane() one lane for its caller's thread (a scheduler's
-// thread per lane). Precision fast: a group's token phase runs once on all
-// of its tokens, its LSTMs' recurrences side by side; one read-back of their
-// durations; the group's frame prefix, each utterance's alignment and the
-// shared LSTM on all of their frames stacked; then each utterance's frame
-// graph, its outputs moved into the slots that the graph reads.
+// thread per lane), handing each result on as it lands. Precision fast: a
+// group's token phase runs once on all of its tokens, its LSTMs'
+// recurrences side by side; one read-back of their durations; the group's
+// frame prefix, each utterance's alignment and the shared LSTM on all of
+// their frames stacked; then each utterance's frame graph, its outputs
+// moved into the slots that the graph reads.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -91,10 +92,10 @@ bool Engine::groups_stack() const {
 }
 
 void Engine::run_on_lane(size_t index, const Utterance* first, size_t count,
-                         ForwardResult* results) {
+                         const ResultSink& sink) {
     Lane& l = lane(index);
     if (!groups_stack()) {
-        for (size_t i = 0; i < count; ++i) results[i] = l.run(first[i], nullptr);
+        for (size_t i = 0; i < count; ++i) sink(i, l.run(first[i], nullptr));
         return;
     }
     for (size_t begin = 0; begin < count;) {
@@ -103,7 +104,8 @@ void Engine::run_on_lane(size_t index, const Utterance* first, size_t count,
             rows += size_t(first[end].T);
             ++end;
         }
-        l.run_group(first + begin, end - begin, results + begin);
+        l.run_group(first + begin, end - begin,
+                    [&](size_t i, ForwardResult r) { sink(begin + i, std::move(r)); });
         begin = end;
     }
 }
@@ -157,15 +159,14 @@ ForwardResult Engine::forward(const Utterance& utterance, Trace* trace) {
     return lane(0).run(utterance, trace);
 }
 
-std::vector<ForwardResult> Engine::forward_on_lane(int lane_index,
-                                                   const std::vector<Utterance>& utterances) {
+void Engine::forward_on_lane(int lane_index, const std::vector<Utterance>& utterances,
+                             const ResultSink& sink) {
     if (lane_index < 0 || lane_index >= batch_lanes_) {
         throw InvalidInput("lane " + std::to_string(lane_index) + " is not one of the engine's " +
                            std::to_string(batch_lanes_) + " lanes");
     }
     for (const Utterance& u : utterances) check_inputs(u);
-    std::vector<ForwardResult> results(utterances.size());
-    if (utterances.empty()) return results;
+    if (utterances.empty()) return;
     const std::lock_guard<std::mutex> lock(lane_mutexes_[size_t(lane_index)]);
     KOKORO_CUDA_CHECK(cudaSetDevice(device_));
     // Planned for throughput (SharedGpu) while another lane runs: the same
@@ -177,8 +178,7 @@ std::vector<ForwardResult> Engine::forward_on_lane(int lane_index,
         ~Busy() { --count; }
     } busy(busy_lanes_);
     const SharedGpu shared(busy.others > 0);
-    run_on_lane(size_t(lane_index), utterances.data(), utterances.size(), results.data());
-    return results;
+    run_on_lane(size_t(lane_index), utterances.data(), utterances.size(), sink);
 }
 
 std::vector<ForwardResult> Engine::forward_batch(const std::vector<Utterance>& utterances) {
@@ -252,11 +252,9 @@ std::vector<ForwardResult> Engine::forward_batch(const std::vector<Utterance>& u
             for (size_t g = next++; g < groups.size(); g = next++) {
                 std::vector<Utterance> members;
                 for (const size_t i : groups[g]) members.push_back(utterances[i]);
-                std::vector<ForwardResult> out(members.size());
-                lanes_[l]->run_group(members.data(), members.size(), out.data());
-                for (size_t k = 0; k < members.size(); ++k) {
-                    results[groups[g][k]] = std::move(out[k]);
-                }
+                lanes_[l]->run_group(members.data(), members.size(), [&](size_t k, ForwardResult r) {
+                    results[groups[g][k]] = std::move(r);
+                });
             }
         } catch (...) {
             errors[l] = std::current_exception();

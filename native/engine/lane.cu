@@ -266,9 +266,9 @@ void Lane::token_pass(const Context& ctx, const Context& side, const int32_t* id
     ctx.wait_for(side);
 }
 
-void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
+void Lane::run_group(const Utterance* first, size_t n, const ResultSink& sink) {
     if (n == 1) {
-        results[0] = run(first[0], nullptr);
+        sink(0, run(first[0], nullptr));
         return;
     }
     cudaStream_t main = streams_[0].get();
@@ -352,12 +352,20 @@ void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
 
     // Each utterance's frame phase, from its token and prefix outputs moved
     // into the slots that the frame graphs read. They are enqueued back to
-    // back, with one wait at the end: the host enqueues an utterance's
-    // launches (or graph) while the GPU runs the previous one's, which a
-    // first-seen shape (uncaptured) needs to keep the GPU busy. Everything
-    // is ordered on the main stream, which each frame phase's other streams
-    // join; a slot that grows retires its old buffer until the wait.
+    // back: the host enqueues an utterance's launches (or graph) while the
+    // GPU runs the previous one's, which a first-seen shape (uncaptured)
+    // needs to keep the GPU busy. Everything is ordered on the main stream,
+    // which each frame phase's other streams join; an event after each one
+    // tells when its audio has landed, so the host hands results on while
+    // the GPU runs the rest (a group's short chunks do not wait for its long
+    // ones). A slot that grows retires its old buffer until the last one.
     take_style_slots();
+    while (landed_.size() < n) {
+        cudaEvent_t event = nullptr;
+        KOKORO_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+        landed_.emplace_back(event);
+    }
+    std::vector<ForwardResult> results(n);
     auto move = [&](void* to, const void* from, size_t bytes) {
         KOKORO_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, main));
     };
@@ -375,6 +383,11 @@ void Lane::run_group(const Utterance* first, size_t n, ForwardResult* results) {
             move(ws_.floats(Slot::kSharedRows, int64_t(F) * hid), shared_rows + frame * hid,
                  sizeof(float) * F * hid);
             results[i] = frames(first[i], std::move(durations[i]), nullptr, true, false);
+            KOKORO_CUDA_CHECK(cudaEventRecord(landed_[i].get(), main));
+        }
+        for (size_t i = 0; i < n; ++i) {
+            KOKORO_CUDA_CHECK(cudaEventSynchronize(landed_[i].get()));
+            sink(i, std::move(results[i]));
         }
     } catch (...) {
         // Queued copies still land in results' blocks: let them finish first.

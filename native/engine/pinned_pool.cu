@@ -18,7 +18,27 @@ void PinnedPool::Return::operator()(float* block) const noexcept {
 }
 
 PinnedPool::~PinnedPool() {
+    {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        closing_ = true;
+    }
+    retired_ready_.notify_one();
+    if (releaser_.joinable()) releaser_.join();
+    for (float* block : retired_) static_cast<void>(cudaFreeHost(block));
     for (const auto& [capacity, block] : free_) static_cast<void>(cudaFreeHost(block));
+}
+
+void PinnedPool::release_retired() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+        retired_ready_.wait(lock, [this] { return closing_ || !retired_.empty(); });
+        if (retired_.empty()) return;  // closing; the destructor frees what is left
+        std::vector<float*> blocks;
+        blocks.swap(retired_);
+        lock.unlock();
+        for (float* block : blocks) static_cast<void>(cudaFreeHost(block));
+        lock.lock();
+    }
 }
 
 PinnedPool::Block PinnedPool::take(int64_t floats) {
@@ -52,20 +72,29 @@ PinnedPool::Block PinnedPool::take(int64_t floats) {
 }
 
 void PinnedPool::give_back(float* block, int64_t capacity) noexcept {
-    std::vector<float*> freed;
+    std::vector<float*> unreleased;  // (no releasing thread could be started)
     {
         const std::lock_guard<std::mutex> lock(mutex_);
         live_bytes_ -= capacity * int64_t(sizeof(float));
         free_.emplace_back(capacity, block);
         free_bytes_ += capacity * int64_t(sizeof(float));
         std::sort(free_.begin(), free_.end());
+        if (free_bytes_ <= kKeepBytes) return;
         while (free_bytes_ > kKeepBytes) {
             free_bytes_ -= free_.back().first * int64_t(sizeof(float));
-            freed.push_back(free_.back().second);
+            retired_.push_back(free_.back().second);
             free_.pop_back();
         }
+        if (!releaser_.joinable()) {
+            try {
+                releaser_ = std::thread(&PinnedPool::release_retired, this);
+            } catch (...) {
+                unreleased.swap(retired_);
+            }
+        }
     }
-    for (float* p : freed) static_cast<void>(cudaFreeHost(p));
+    retired_ready_.notify_one();
+    for (float* p : unreleased) static_cast<void>(cudaFreeHost(p));
 }
 
 }  // namespace kokoro

@@ -18,6 +18,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -54,6 +55,11 @@ struct Utterance {
     uint64_t seed = 0;
 };
 
+// Takes each utterance's result (its index in the call) as soon as its audio
+// is in host memory, in the call's order, on the calling thread; a caller
+// hands it on while the lane runs the rest of the group.
+using ResultSink = std::function<void(size_t, ForwardResult)>;
+
 class Lane;
 struct Model;
 
@@ -78,9 +84,10 @@ public:
     // groups as forward_batch() runs them; calls on different lanes run
     // concurrently (a scheduler's thread per lane), calls on one lane and
     // forward() / forward_batch() on the same lane one at a time. Each
-    // result equals forward() of the same utterance.
-    std::vector<ForwardResult> forward_on_lane(int lane_index,
-                                               const std::vector<Utterance>& utterances);
+    // result equals forward() of the same utterance and goes to `sink` as
+    // soon as it lands (a group's first results before its last is done).
+    void forward_on_lane(int lane_index, const std::vector<Utterance>& utterances,
+                         const ResultSink& sink);
 
     // A batch's lanes: one per kBytesPerLane of the GPU's memory, from
     // kMinLanes to kMaxLanes. Each lane keeps a workspace sized by the
@@ -111,8 +118,9 @@ private:
     // kernel by shape, so its groups are of one).
     bool groups_stack() const;
     // `count` utterances from `first` on lane `index` (whose mutex the caller
-    // holds), in groups of at most kMaxGroupUtterances and kMaxGroupRows.
-    void run_on_lane(size_t index, const Utterance* first, size_t count, ForwardResult* results);
+    // holds), in groups of at most kMaxGroupUtterances and kMaxGroupRows,
+    // each result to `sink` by its index from `first`.
+    void run_on_lane(size_t index, const Utterance* first, size_t count, const ResultSink& sink);
 
     ModelConfig cfg_;
     int device_;

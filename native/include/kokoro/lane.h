@@ -127,8 +127,9 @@ public:
     // all of their tokens (stacked: ALBERT, bert_encoder and every LSTM once
     // for the group; a graph per group's lengths), one read-back of their
     // durations, their alignments and shared LSTM (stacked, a graph per
-    // group's lengths and frames), then each one's frames().
-    void run_group(const Utterance* first, size_t n, ForwardResult* results);
+    // group's lengths and frames), then each one's frames(); each result to
+    // `sink` (index from `first`) as soon as its audio has landed.
+    void run_group(const Utterance* first, size_t n, const ResultSink& sink);
     size_t workspace_bytes() const { return ws_.bytes(); }
     // Phase timing on or off; the cached graphs (with or without marks) go.
     void set_phase_timing(bool on);
@@ -185,6 +186,9 @@ private:
     std::unique_ptr<void, DeviceFree> blas_workspace_[kStreams];
     Owned<cublasHandle_t, BlasDeleter> blas_[kStreams];
     Owned<cudaEvent_t, EventDeleter> events_[kStreams];
+    // A group's utterance i's audio in host memory (run_group): recorded after
+    // its frame phase, so its result is handed on while later ones run.
+    std::vector<Owned<cudaEvent_t, EventDeleter>> landed_;
     Workspace ws_;
     GraphCache token_graphs_, frame_graphs_;  // token phases: {T}, or a group's lengths
     GraphCache prefix_graphs_;                 // a group's frame prefix: lengths, frames
