@@ -22,7 +22,8 @@ model and device:
   median (target <= 1.15).
 - (c) ``arrivals``: open-loop Poisson arrivals of (a)'s kind of pieces through
   a ``ChunkScheduler`` (its default batching) at 25 / 50 / 90 % of (a)'s mixed
-  capacity; per-chunk latency from the arrival time to the result, p50 / p99;
+  capacity (or of ``--capacity``: the same offered rates for two builds
+  compared); per-chunk latency from the arrival time to the result, p50 / p99;
   each chunk's idle latency from a line fitted to (b)'s replayed latencies
   against audio length; p99 of latency / idle (target <= 4 at 90 %) and
   sustained audio seconds per second (target >= 85 % of (a)'s).
@@ -478,6 +479,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--first-seen", type=int, help="(b): chunks (default 200)")
     p.add_argument("--arrival-seconds", type=float, help="(c): seconds of arrivals per load (default 8)")
     p.add_argument("--max-batch", type=int, help="(c): the scheduler's max_batch (default: its own)")
+    p.add_argument("--capacity", type=float, help="(c): the audio-s/s its loads are fractions of "
+                   "(default: (a)'s mixed rate in this run; fix it to compare builds at equal rates)")
     p.add_argument("--json", type=Path, help="write the figures as JSON here")
     p.add_argument("--md", type=Path, help="write the tables as Markdown here")
     return p.parse_args(argv)
@@ -548,7 +551,8 @@ def main(argv: list[str] | None = None) -> int:
         b = form_first_seen(tts, inputs, first_seen)
         print(render_text(b), flush=True)
         latencies = [Latency(**r) for r in b.figures["latencies"]]
-        capacity = Capacity(a.figures["mixed_audio_s_per_s"], a.figures["mixed_chunk_audio_s"])
+        rate = args.capacity or a.figures["mixed_audio_s_per_s"]
+        capacity = Capacity(rate, a.figures["mixed_chunk_audio_s"])
         c = form_arrivals(tts, inputs, rest, capacity, idle_latency_fit(latencies), s)
         print(render_text(c), flush=True)
     total = summary(a, b, c)

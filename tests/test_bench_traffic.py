@@ -176,7 +176,7 @@ def test_quick_run_end_to_end(demo_model_dir: Path, tmp_path: Path) -> None:
         "--phonemes-file",
         str(PHONEMES_FILE),
     ]
-    assert bench_traffic.main([*argv, "--json", str(out), "--md", str(md)]) == 0
+    assert bench_traffic.main([*argv, "--capacity", "7.5", "--json", str(out), "--md", str(md)]) == 0
     forms = {f["title"]: f for f in json.loads(out.read_text(encoding="utf-8"))["forms"]}
     batch = forms["(a) batch"]["figures"]
     assert batch["mixed_vs_fixed"] == pytest.approx(
@@ -184,8 +184,14 @@ def test_quick_run_end_to_end(demo_model_dir: Path, tmp_path: Path) -> None:
     )
     first_seen = forms["(b) first-seen, one by one"]["figures"]
     assert first_seen["distinct_token_counts"] == len(first_seen["latencies"]) == 3
-    levels = forms["(c) open-loop Poisson arrivals through ChunkScheduler"]["figures"]["levels"]
+    arrivals = forms["(c) open-loop Poisson arrivals through ChunkScheduler"]["figures"]
+    levels = arrivals["levels"]
     assert [lv["load"] for lv in levels] == [0.25, 0.5, 0.9]
+    # --capacity sets the offered rates: load x 7.5 audio-s/s in chunks of (a)'s mean audio length.
+    assert arrivals["capacity"]["audio_s_per_s"] == 7.5
+    chunk_s = batch["mixed_chunk_audio_s"]
+    want = [lv["load"] * 7.5 / chunk_s for lv in levels]
+    assert [lv["chunks_per_s"] for lv in levels] == pytest.approx(want)
     assert all(lv["errors"] == 0 and lv["p99_ms"] >= lv["p50_ms"] > 0 for lv in levels)
     assert [row[3] in ("PASS", "FAIL") for row in forms["summary"]["rows"]] == [True] * 4
     assert "## summary" in md.read_text(encoding="utf-8")
