@@ -115,6 +115,19 @@ def test_whole_file_when_not_streamed(server, reference):
     np.testing.assert_array_equal(audio, pcm16(reference))
 
 
+@pytest.mark.parametrize("fmt", ["mp3", "opus"])
+def test_whole_codec_file_when_not_streamed(server, reference, fmt):
+    """``stream: false`` with a codec: one complete file that libsndfile decodes to the audio."""
+    response = httpx.post(f"{server.url}/v1/audio/speech", timeout=300,
+                          headers={"Authorization": f"Bearer {API_KEY}"},
+                          json={"model": "kokoro", "input": TEXT, "seed": SEED, "response_format": fmt,
+                                "stream": False})
+    assert response.status_code == 200
+    audio = decode(response.content, fmt)
+    assert abs(len(audio) - len(reference)) < 0.1 * 24000
+    assert band_similarity(audio, reference) > 0.75
+
+
 def test_sse_events(server, reference):
     events = []
     with httpx.stream("POST", f"{server.url}/v1/audio/speech", timeout=300,
