@@ -50,7 +50,7 @@ inline TestContext& context() {
 
 inline cudaStream_t stream() { return context().stream; }
 
-// A device array of T, freed on scope exit. cudaFree does not wait for work on the
+// A device array of T, freed on scope exit. cudaFree need not wait for work still on the
 // (non-blocking) test stream: keep an array alive until a download has synchronised it.
 template <typename T>
 class DeviceArray {

@@ -89,7 +89,7 @@ py::array_t<float> conv1d(const FloatArray& x, const FloatArray& w, const Option
     const float* res_ptr = res_into_y ? y.get() : dres.get();
     if (const std::optional<HalfMath> hm = half_math(math)) {
         require(stride == 1 && groups == 1, "conv1d fp16: dense, stride 1 only");
-        // Named, so that its buffers outlive the download's wait: freeing device memory does
+        // Named, so that its buffers outlive the download's wait: freeing device memory need
         // not wait for work on a non-blocking stream.
         const HalfConv conv(x, w, pad, dilation, *hm);
         conv(db.get(), y.get(), res_ptr);
