@@ -252,8 +252,7 @@ def encode_file(audio: np.ndarray, fmt: str) -> bytes:
 
     container, subtype = SOUNDFILE_FORMATS[fmt]
     buffer = io.BytesIO()
-    samples = pcm16(audio) if subtype == "PCM_16" else audio
-    soundfile.write(buffer, samples, SAMPLE_RATE, format=container, subtype=subtype)
+    soundfile.write(buffer, pcm16(audio), SAMPLE_RATE, format=container, subtype=subtype)
     return buffer.getvalue()
 
 
