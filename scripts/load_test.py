@@ -12,7 +12,10 @@ audio p50 / p99, per-stream real-time factor (audio seconds / seconds from
 request to last byte) p50 and min, streams that underran, aggregate audio
 seconds per second, and, when it started the server, the server's CPU seconds
 per audio second (the encoders' cost shows as the difference between formats)
-and its RSS at start and end.
+and its RSS at start and end; and from the server's /metrics over the run, where
+a request's first audio waits: the server's own mean time to first audio (from
+request received), the text front end's mean seconds per piece (queueing in its
+process pool included) and the mean chunks per model call.
 
 It starts the server itself (``--model``/``--device``; ``--serial`` adds the
 same server with ``--max-batch 1 --lanes 1``, one chunk on the model at a time, run in
@@ -249,20 +252,47 @@ def gpu_memory_mb() -> str:
         return "-"
 
 
+# The server's histograms whose sums and counts give a run's means (where a request's time to first
+# audio goes): its own time to first audio, the text front end per piece, the chunks per model call.
+HISTOGRAMS = {
+    "kokoro_time_to_first_audio_seconds": "ttfa",
+    "kokoro_g2p_seconds": "g2p",
+    "kokoro_batch_size": "batch",
+}
+
+
 def server_metrics(url: str) -> dict[str, float]:
-    """From the server's /metrics: audio seconds made, speech responses ok (2xx) and failed (others)."""
+    """From the server's /metrics: audio seconds made, speech responses ok (2xx) and failed (others),
+    and the sum and count of each of HISTOGRAMS (``ttfa_sum``, ``ttfa_count``, ...)."""
     found = {"audio_s": 0.0, "speech_ok": 0.0, "speech_failed": 0.0}
     try:
         text = httpx.get(f"{url}/metrics", timeout=10).text
     except httpx.HTTPError:
         return {}
     for line in text.splitlines():
-        if line.startswith("kokoro_audio_seconds_total"):
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name == "kokoro_audio_seconds_total":
             found["audio_s"] = float(line.split()[-1])
-        elif line.startswith("kokoro_requests_total") and 'route="/v1/audio/speech"' in line:
+        elif name == "kokoro_requests_total" and 'route="/v1/audio/speech"' in line:
             key = "speech_ok" if 'status="2' in line else "speech_failed"
             found[key] += float(line.split()[-1])
+        else:
+            base, _, part = name.rpartition("_")
+            if base in HISTOGRAMS and part in ("sum", "count"):
+                found[f"{HISTOGRAMS[base]}_{part}"] = float(line.split()[-1])
     return found
+
+
+def server_means(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """The means of HISTOGRAMS over a run, from /metrics read before and after it (nan if unknown)."""
+
+    def mean(key: str, scale: float) -> float:
+        count = after.get(f"{key}_count", 0.0) - before.get(f"{key}_count", 0.0)
+        total = after.get(f"{key}_sum", 0.0) - before.get(f"{key}_sum", 0.0)
+        return scale * total / count if count > 0 else float("nan")
+
+    return {"server_ttfa_mean_ms": mean("ttfa", 1e3), "g2p_mean_ms": mean("g2p", 1e3),
+            "chunks_per_call": mean("batch", 1.0)}
 
 
 @dataclass
@@ -324,8 +354,11 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def summarise(label: str, clients: int, fmt: str, records: list[Record], wall: float,
-              cpu: float | None, made: float | None) -> dict:
-    """One row; audio seconds are counted from the bytes for pcm, from the server's metric otherwise."""
+              cpu: float | None, made: float | None, server: dict[str, float] | None = None) -> dict:
+    """One row; audio seconds are counted from the bytes for pcm, from the server's metric otherwise;
+    ``server``: server_means of the run."""
+    nan = float("nan")
+    server = server or {}
     ok = [r for r in records if r.error is None]
     ttfa = [r.ttfa * 1000 for r in ok if r.ttfa is not None]
     audio = sum(r.audio_s for r in ok) if fmt == "pcm" else (made or 0.0)
@@ -338,18 +371,24 @@ def summarise(label: str, clients: int, fmt: str, records: list[Record], wall: f
         "underruns": sum(r.underrun for r in ok) if fmt == "pcm" else "-",
         "audio_s_per_s": audio / wall if wall > 0 else float("nan"),
         "cpu_s_per_audio_s": cpu / audio if cpu is not None and audio > 0 else float("nan"),
+        "server_ttfa_mean_ms": server.get("server_ttfa_mean_ms", nan),
+        "g2p_mean_ms": server.get("g2p_mean_ms", nan),
+        "chunks_per_call": server.get("chunks_per_call", nan),
         "first_error": next((r.error for r in records if r.error), None),
     }
 
 
 HEADER = ("| mode | clients | format | requests | errors | TTFA p50 ms | TTFA p99 ms | RTF p50 | RTF min "
-          "| underruns | audio-s/s | server CPU s / audio s |")
+          "| underruns | audio-s/s | server CPU s / audio s | server TTFA mean ms | G2P mean ms / piece "
+          "| chunks / model call |")
+COLUMNS = HEADER.count("|") - 1
 
 
 def row(s: dict) -> str:
     return (f"| {s['mode']} | {s['clients']} | {s['format']} | {s['requests']} | {s['errors']} "
             f"| {s['ttfa_p50_ms']:.1f} | {s['ttfa_p99_ms']:.1f} | {s['rtf_p50']:.1f} | {s['rtf_min']:.1f} "
-            f"| {s['underruns']} | {s['audio_s_per_s']:.1f} | {s['cpu_s_per_audio_s']:.3f} |")
+            f"| {s['underruns']} | {s['audio_s_per_s']:.1f} | {s['cpu_s_per_audio_s']:.3f} "
+            f"| {s['server_ttfa_mean_ms']:.1f} | {s['g2p_mean_ms']:.1f} | {s['chunks_per_call']:.1f} |")
 
 
 def _mb(value: float | None) -> str:
@@ -359,13 +398,15 @@ def _mb(value: float | None) -> str:
 def measure(target: Target, args: argparse.Namespace, fmt: str, clients: int) -> dict:
     """``clients`` streams for ``args.duration`` seconds: the row (printed), with the server's CPU time
     and audio made over the run."""
-    cpu0, made0 = cpu_seconds(target), server_metrics(target.url).get("audio_s")
+    cpu0, metrics0 = cpu_seconds(target), server_metrics(target.url)
     records, wall = run_level(target.url, args.api_key, fmt, clients, args.duration, args.rate,
                               args.client_procs, args.corpus, args.voice_fields)
-    cpu1, made1 = cpu_seconds(target), server_metrics(target.url).get("audio_s")
+    cpu1, metrics1 = cpu_seconds(target), server_metrics(target.url)
+    made0, made1 = metrics0.get("audio_s"), metrics1.get("audio_s")
     summary = summarise(target.label, clients, fmt, records, wall,
                         None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
-                        None if made0 is None or made1 is None else made1 - made0)
+                        None if made0 is None or made1 is None else made1 - made0,
+                        server_means(metrics0, metrics1))
     print(row(summary), flush=True)
     if summary["first_error"]:
         print(f"#   first error: {summary['first_error']}", flush=True)
@@ -463,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = [("batched", base)] + ([("one-at-a-time", serial)] if args.serial else [])
     rows = []
     print(HEADER)
-    print("|" + "---|" * 12)
+    print("|" + "---|" * COLUMNS)
     for label, server_args in modes:
         server = Target(label, args.url.rstrip("/")) if args.url else start_server(server_args, label)
         try:

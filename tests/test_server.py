@@ -500,11 +500,21 @@ def test_load_test_script_against_the_server(server):
     from script_modules import load_script
 
     load_test = load_script("load_test")
+    before = load_test.server_metrics(server.url)
     records, wall = load_test.run_level(server.url, API_KEY, "pcm", 2, 2.0, None, 1, ["Hi."],
                                         {"voice": "af_heart"})
+    after = load_test.server_metrics(server.url)
     assert records and all(r.error is None for r in records), [r.error for r in records]
     assert all(r.audio_s == pytest.approx(0.45, abs=0.01) and r.ttfa is not None for r in records)
-    summary = load_test.summarise("batched", 2, "pcm", records, wall, None, None)
+    # The server's means over the run: its first audio comes before the client's, every request's
+    # one piece went through the front end, and each model call ran one or two chunks.
+    means = load_test.server_means(before, after)
+    assert after["ttfa_count"] - before["ttfa_count"] == len(records)
+    assert 0 < means["server_ttfa_mean_ms"] < 1e3 * max(r.ttfa for r in records)
+    assert after["g2p_count"] - before["g2p_count"] == len(records) and means["g2p_mean_ms"] > 0
+    assert 1 <= means["chunks_per_call"] <= 2
+    summary = load_test.summarise("batched", 2, "pcm", records, wall, None, None, means)
+    assert summary["g2p_mean_ms"] == means["g2p_mean_ms"]
     assert summary["errors"] == 0 and summary["requests"] == len(records)
     assert summary["audio_s_per_s"] == pytest.approx(0.45 * len(records) / wall)
     assert load_test.row(summary).startswith("| batched | 2 | pcm |")
