@@ -300,6 +300,9 @@ DeviceWeights::DeviceWeights(const HostWeights& host, int style_dim, Precision p
             for (auto& [name, entry] : *entries) entry.ptr = half_arena_.get() + half_offsets[name];
         }
     }
+    // A cudaMemcpy from pageable memory may return before its DMA lands, and
+    // the lanes' streams (non-blocking) do not wait for the legacy stream's.
+    KOKORO_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
     for (const auto& [prefix, lo] : lstm_offsets) {
         const float* w_ih = lo.w_ih == kNoOffset ? nullptr : arena + lo.w_ih;
         lstms_[prefix] = {w_ih, arena + lo.w_hh, arena + lo.b, lo.in, lo.hidden};

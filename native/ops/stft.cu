@@ -175,6 +175,9 @@ Stft::Stft(int n_fft, int hop) : n_fft_(n_fft), hop_(hop) {
     tables_ = static_cast<float*>(device_alloc(tables.size() * sizeof(float), "STFT tables"));
     KOKORO_CUDA_CHECK(cudaMemcpy(tables_, tables.data(), tables.size() * sizeof(float),
                                  cudaMemcpyHostToDevice));
+    // Landed before any (non-blocking) stream reads them: a cudaMemcpy from
+    // pageable memory may return before its DMA completes.
+    KOKORO_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 Stft::~Stft() { (void)cudaFree(tables_); }  // destructors cannot throw

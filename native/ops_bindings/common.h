@@ -128,11 +128,13 @@ inline FloatArray relaid_conv_weight(const FloatArray& w) {
 
 inline DFloat conv_weight(const FloatArray& w) { return DFloat::from(relaid_conv_weight(w)); }
 
-// FP16 weights laid out on the host, on the device.
+// FP16 weights laid out on the host, on the device: copied on the test
+// stream, as a synchronous cudaMemcpy from pageable memory may return before
+// its DMA lands, which the (non-blocking) test stream would not wait for.
 inline DeviceArray<__half> upload_halves(const std::vector<__half>& host) {
     DeviceArray<__half> d(int64_t(host.size()));
-    KOKORO_CUDA_CHECK(cudaMemcpy(d.get(), host.data(), host.size() * sizeof(__half),
-                                 cudaMemcpyHostToDevice));
+    KOKORO_CUDA_CHECK(cudaMemcpyAsync(d.get(), host.data(), host.size() * sizeof(__half),
+                                      cudaMemcpyHostToDevice, stream()));
     return d;
 }
 
