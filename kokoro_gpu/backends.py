@@ -97,6 +97,11 @@ class Backend(ABC):
             for ids, ref_s, speed, seed in items
         ]
 
+    def phase_runs(self) -> dict[str, int] | None:
+        """How the forward passes' phases ran so far: ``{"eager", "captured", "replayed"}`` counts
+        (the CUDA engine's graphs); None for a backend without graphs."""
+        return None
+
     def forward_on_lane(
         self,
         lane: int,
@@ -444,6 +449,9 @@ class CUDABackend(Backend):
             tuple(pair)
             for pair in self._engine.forward_batch(_engine_items(items, deterministic), deterministic)
         ]
+
+    def phase_runs(self) -> dict[str, int] | None:
+        return {run: int(count) for run, count in self._engine.phase_runs.items()}
 
     def forward_on_lane(
         self,

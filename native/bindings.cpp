@@ -294,7 +294,19 @@ PYBIND11_MODULE(_native, m) {
                                "4 to 8.")
         .def_property_readonly("device", &kokoro::Engine::device)
         .def_property_readonly("weight_bytes", &kokoro::Engine::weight_bytes)
-        .def_property_readonly("workspace_bytes", &kokoro::Engine::workspace_bytes);
+        .def_property_readonly("workspace_bytes", &kokoro::Engine::workspace_bytes)
+        .def_property_readonly(
+            "phase_runs",
+            [](const kokoro::Engine& e) {
+                const kokoro::PhaseRuns r = e.phase_runs();
+                py::dict runs;
+                runs["eager"] = r.eager;
+                runs["captured"] = r.captured;
+                runs["replayed"] = r.replayed;
+                return runs;
+            },
+            "How the phases of the forward passes so far ran: {'eager', 'captured', "
+            "'replayed'} counts (all lanes).");
 
 #ifdef KOKORO_OPS_BINDINGS
     kokoro::register_ops(m);  // the op tests' bindings (a build option)

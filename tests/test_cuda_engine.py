@@ -17,6 +17,7 @@ CPU-side parts of backend_info (and of precision) are covered in test_backends.p
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -371,8 +372,15 @@ def test_graph_replay_is_bit_identical(
 ) -> None:
     backend = create_backend("cuda", config, weights, precision)
     ids, ref_s = random_inputs(config, 37, seed=21)
-    # First sight (uncaptured), capture, replay, replay after another shape.
-    runs = [backend.forward(ids, ref_s, 1.0, deterministic=True, seed=None) for _ in range(3)]
+    # First sight (uncaptured), capture, replay, replay after another shape; each forward's two
+    # phases (tokens, frames) counted in phase_runs as they ran.
+    runs, counts = [], [backend.phase_runs()]
+    for _ in range(3):
+        runs.append(backend.forward(ids, ref_s, 1.0, deterministic=True, seed=None))
+        counts.append(backend.phase_runs())
+    steps = [{k: after[k] - before[k] for k in after} for before, after in itertools.pairwise(counts)]
+    assert steps == [{"eager": 2, "captured": 0, "replayed": 0}, {"eager": 0, "captured": 2, "replayed": 0},
+                     {"eager": 0, "captured": 0, "replayed": 2}]
     other_ids, _ = random_inputs(config, 90, seed=22)
     backend.forward(other_ids, ref_s, 1.0, deterministic=True, seed=None)
     runs.append(backend.forward(ids, ref_s, 1.0, deterministic=True, seed=None))

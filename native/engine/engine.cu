@@ -132,6 +132,19 @@ size_t Engine::workspace_bytes() const {
     return total;
 }
 
+PhaseRuns Engine::phase_runs() const {
+    const std::lock_guard<std::mutex> lock(lanes_mutex_);
+    PhaseRuns total;
+    for (const auto& l : lanes_) {
+        if (!l) continue;
+        const PhaseRuns r = l->phase_runs();
+        total.eager += r.eager;
+        total.captured += r.captured;
+        total.replayed += r.replayed;
+    }
+    return total;
+}
+
 void Engine::check_inputs(const Utterance& u) const {
     if (u.T < 1 || u.T > cfg_.bert_positions) {
         throw InvalidInput("need 1.." + std::to_string(cfg_.bert_positions) + " token ids, got " +

@@ -193,10 +193,13 @@ void Lane::run_phase(GraphCache& cache, GraphKey key, bool capture, Body&& body)
     CachedGraph* entry = capture ? cache.find_or_note(key) : nullptr;
     if (entry == nullptr) {
         body();
+        eager_runs_.fetch_add(1, std::memory_order_relaxed);
         return;
     }
     cudaStream_t main = streams_[0].get();
-    if (!entry->exec || entry->generation != ws_.generation()) {
+    const bool fresh = !entry->exec || entry->generation != ws_.generation();
+    (fresh ? captured_runs_ : replayed_runs_).fetch_add(1, std::memory_order_relaxed);
+    if (fresh) {
         entry->exec.reset();
         const uint64_t generation = ws_.generation();
         KOKORO_CUDA_CHECK(cudaStreamBeginCapture(main, cudaStreamCaptureModeRelaxed));

@@ -55,6 +55,15 @@ struct Utterance {
     uint64_t seed = 0;
 };
 
+// How the phases of the engine's forward passes ran so far (all lanes): from
+// a graph captured for their key (replayed), captured and then launched
+// (captured: the key's second sight, or its graph was stale), or launched
+// one kernel at a time (eager: a key's first sight, or a trace). What a
+// server's traffic costs in launches: distinct lengths run eager.
+struct PhaseRuns {
+    uint64_t eager = 0, captured = 0, replayed = 0;
+};
+
 // Takes each utterance's result (its index in the call) as soon as its audio
 // is in host memory, in the call's order, on the calling thread; a caller
 // hands it on while the lane runs the rest of the group.
@@ -109,6 +118,7 @@ public:
     Precision precision() const { return precision_; }
     size_t weight_bytes() const { return weights_->bytes(); }
     size_t workspace_bytes() const;
+    PhaseRuns phase_runs() const;
 
 private:
     void check_inputs(const Utterance& u) const;
@@ -127,7 +137,7 @@ private:
     Precision precision_;
     int batch_lanes_ = kMinLanes;
     std::mutex forward_mutex_;  // forward() and forward_batch(): one call at a time
-    std::mutex lanes_mutex_;    // the creation of lanes
+    mutable std::mutex lanes_mutex_;  // the creation of lanes (and reads of lanes_ beside it)
     std::array<std::mutex, kMaxLanes> lane_mutexes_;  // a lane runs one call at a time
     std::atomic<int> busy_lanes_{0};  // lanes running work now (whether the GPU is shared)
     std::unique_ptr<DeviceWeights> weights_;

@@ -23,6 +23,7 @@
 // then captured again. A trace runs everything uncaptured.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <map>
@@ -131,6 +132,12 @@ public:
     // `sink` (index from `first`) as soon as its audio has landed.
     void run_group(const Utterance* first, size_t n, const ResultSink& sink);
     size_t workspace_bytes() const { return ws_.bytes(); }
+    // Safe to read while the lane's thread runs (a server's metrics).
+    PhaseRuns phase_runs() const {
+        return {eager_runs_.load(std::memory_order_relaxed),
+                captured_runs_.load(std::memory_order_relaxed),
+                replayed_runs_.load(std::memory_order_relaxed)};
+    }
     // Phase timing on or off; the cached graphs (with or without marks) go.
     void set_phase_timing(bool on);
     const PhaseMarks& marks() const { return marks_; }
@@ -196,6 +203,7 @@ private:
     float* style_out_[2] = {nullptr, nullptr};  // fc(s) of each style bank
     bool timing_ = false;
     PhaseMarks marks_;
+    std::atomic<uint64_t> eager_runs_{0}, captured_runs_{0}, replayed_runs_{0};  // run_phase's
     // The audio's way to the host: page-locked blocks that the results keep
     // (PinnedPool, shared by the engine's lanes), or beyond its bound this
     // lane's staging block (audio_staging).
