@@ -107,6 +107,8 @@ class _Entry:
 
 # Called after each backend call with (chunks in it, seconds the backend took).
 BatchObserver = Callable[[int, float], None]
+# Called with each chunk's seconds in the queue (from submission to a lane taking it).
+WaitObserver = Callable[[float], None]
 
 
 class ChunkScheduler:
@@ -121,6 +123,7 @@ class ChunkScheduler:
         gather_s: float = DEFAULT_GATHER_S,
         on_batch: BatchObserver | None = None,
         lanes: int | None = None,
+        on_wait: WaitObserver | None = None,
     ) -> None:
         batch = max_batch if max_batch is not None else DEFAULT_MAX_BATCH.get(backend.device, 1)
         backend_lanes = max(1, int(getattr(backend, "lanes", 1)))
@@ -133,6 +136,7 @@ class ChunkScheduler:
         self.lanes = backend_lanes if lanes is None else min(lanes, backend_lanes)
         self._on_lanes = backend_lanes > 1  # forward_on_lane, else forward_batch
         self._on_batch = on_batch
+        self._on_wait = on_wait
         self._heap: list[_Entry] = []
         self._queued = 0  # entries in the heap not cancelled
         self._running = [0] * self.lanes  # chunks on each lane now
@@ -255,6 +259,10 @@ class ChunkScheduler:
     def _run(self, lane: int) -> None:
         while (batch := self._take_batch(lane)) is not None:
             started = time.perf_counter()
+            if self._on_wait is not None:
+                taken = time.monotonic()
+                for entry in batch:
+                    self._on_wait(taken - entry.arrived)
             for deterministic in (False, True):
                 group = [e for e in batch if e.spec.deterministic == deterministic]
                 if group:

@@ -15,7 +15,9 @@ per audio second (the encoders' cost shows as the difference between formats)
 and its RSS at start and end; and from the server's /metrics over the run, where
 a request's first audio waits: the server's own mean time to first audio (from
 request received), the text front end's mean seconds per piece (queueing in its
-process pool included) and the mean chunks per model call.
+process pool included), a chunk's mean wait for the model, the chunks and
+seconds per model call, and (CUDA) the share of the engine's phases that ran
+eager (lengths seen for the first time) or were captured into graphs.
 
 It starts the server itself (``--model``/``--device``; ``--serial`` adds the
 same server with ``--max-batch 1 --lanes 1``, one chunk on the model at a time, run in
@@ -257,13 +259,16 @@ def gpu_memory_mb() -> str:
 HISTOGRAMS = {
     "kokoro_time_to_first_audio_seconds": "ttfa",
     "kokoro_g2p_seconds": "g2p",
+    "kokoro_chunk_wait_seconds": "wait",
     "kokoro_batch_size": "batch",
+    "kokoro_batch_seconds": "call",
 }
 
 
 def server_metrics(url: str) -> dict[str, float]:
     """From the server's /metrics: audio seconds made, speech responses ok (2xx) and failed (others),
-    and the sum and count of each of HISTOGRAMS (``ttfa_sum``, ``ttfa_count``, ...)."""
+    the sum and count of each of HISTOGRAMS (``ttfa_sum``, ``ttfa_count``, ...) and the engine's phase
+    runs (``runs_eager``, ``runs_captured``, ``runs_replayed``; a CUDA server's)."""
     found = {"audio_s": 0.0, "speech_ok": 0.0, "speech_failed": 0.0}
     try:
         text = httpx.get(f"{url}/metrics", timeout=10).text
@@ -276,6 +281,8 @@ def server_metrics(url: str) -> dict[str, float]:
         elif name == "kokoro_requests_total" and 'route="/v1/audio/speech"' in line:
             key = "speech_ok" if 'status="2' in line else "speech_failed"
             found[key] += float(line.split()[-1])
+        elif name == "kokoro_engine_phase_runs_total":
+            found["runs_" + line.split('run="', 1)[1].split('"', 1)[0]] = float(line.split()[-1])
         else:
             base, _, part = name.rpartition("_")
             if base in HISTOGRAMS and part in ("sum", "count"):
@@ -291,8 +298,14 @@ def server_means(before: dict[str, float], after: dict[str, float]) -> dict[str,
         total = after.get(f"{key}_sum", 0.0) - before.get(f"{key}_sum", 0.0)
         return scale * total / count if count > 0 else float("nan")
 
+    runs = {run: after.get(f"runs_{run}", 0.0) - before.get(f"runs_{run}", 0.0)
+            for run in ("eager", "captured", "replayed")}
+    phases = sum(runs.values())
     return {"server_ttfa_mean_ms": mean("ttfa", 1e3), "g2p_mean_ms": mean("g2p", 1e3),
-            "chunks_per_call": mean("batch", 1.0)}
+            "chunk_wait_mean_ms": mean("wait", 1e3), "chunks_per_call": mean("batch", 1.0),
+            "call_mean_ms": mean("call", 1e3),
+            "eager_phase_share": runs["eager"] / phases if phases else float("nan"),
+            "captured_phase_share": runs["captured"] / phases if phases else float("nan")}
 
 
 @dataclass
@@ -371,24 +384,26 @@ def summarise(label: str, clients: int, fmt: str, records: list[Record], wall: f
         "underruns": sum(r.underrun for r in ok) if fmt == "pcm" else "-",
         "audio_s_per_s": audio / wall if wall > 0 else float("nan"),
         "cpu_s_per_audio_s": cpu / audio if cpu is not None and audio > 0 else float("nan"),
-        "server_ttfa_mean_ms": server.get("server_ttfa_mean_ms", nan),
-        "g2p_mean_ms": server.get("g2p_mean_ms", nan),
-        "chunks_per_call": server.get("chunks_per_call", nan),
+        **{key: server.get(key, nan) for key in SERVER_MEANS},
         "first_error": next((r.error for r in records if r.error), None),
     }
 
 
 HEADER = ("| mode | clients | format | requests | errors | TTFA p50 ms | TTFA p99 ms | RTF p50 | RTF min "
           "| underruns | audio-s/s | server CPU s / audio s | server TTFA mean ms | G2P mean ms / piece "
-          "| chunks / model call |")
+          "| chunk wait mean ms | chunks / model call | model call mean ms | phases eager / captured |")
 COLUMNS = HEADER.count("|") - 1
+SERVER_MEANS = ("server_ttfa_mean_ms", "g2p_mean_ms", "chunk_wait_mean_ms", "chunks_per_call", "call_mean_ms",
+                "eager_phase_share", "captured_phase_share")
 
 
 def row(s: dict) -> str:
     return (f"| {s['mode']} | {s['clients']} | {s['format']} | {s['requests']} | {s['errors']} "
             f"| {s['ttfa_p50_ms']:.1f} | {s['ttfa_p99_ms']:.1f} | {s['rtf_p50']:.1f} | {s['rtf_min']:.1f} "
             f"| {s['underruns']} | {s['audio_s_per_s']:.1f} | {s['cpu_s_per_audio_s']:.3f} "
-            f"| {s['server_ttfa_mean_ms']:.1f} | {s['g2p_mean_ms']:.1f} | {s['chunks_per_call']:.1f} |")
+            f"| {s['server_ttfa_mean_ms']:.1f} | {s['g2p_mean_ms']:.1f} | {s['chunk_wait_mean_ms']:.1f} "
+            f"| {s['chunks_per_call']:.1f} | {s['call_mean_ms']:.1f} "
+            f"| {s['eager_phase_share']:.0%} / {s['captured_phase_share']:.0%} |")
 
 
 def _mb(value: float | None) -> str:

@@ -88,6 +88,26 @@ def test_chunks_submitted_during_a_batch_join_the_next_one_by_priority():
     assert backend.batches == [[1], [50, 10, 11], [12, 13]]
 
 
+def test_each_chunk_reports_its_wait_for_a_lane():
+    """on_wait gets every chunk's time from submission to a lane taking it: about nothing for the
+    chunk that starts at once, at least the time the lane was held for those queued behind it."""
+    backend = RecordingBackend()
+    backend.gate.clear()
+    waits: list[float] = []
+    hold_s = 0.2
+    with ChunkScheduler(backend, max_batch=2, gather_s=0, on_wait=waits.append) as scheduler:
+        first = scheduler.submit(_spec(1))
+        assert backend.started.wait(10)
+        queued = [scheduler.submit(_spec(2 + k)) for k in range(3)]
+        time.sleep(hold_s)
+        backend.gate.set()
+        for f in [first, *queued]:
+            f.result(timeout=10)
+    assert len(waits) == 4
+    assert waits[0] < hold_s / 2
+    assert all(w >= hold_s for w in waits[1:]), waits
+
+
 def test_cancel_a_queued_chunk():
     backend = RecordingBackend()
     backend.gate.clear()

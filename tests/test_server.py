@@ -11,6 +11,7 @@ import base64
 import io
 import itertools
 import json
+import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -513,6 +514,12 @@ def test_load_test_script_against_the_server(server):
     assert 0 < means["server_ttfa_mean_ms"] < 1e3 * max(r.ttfa for r in records)
     assert after["g2p_count"] - before["g2p_count"] == len(records) and means["g2p_mean_ms"] > 0
     assert 1 <= means["chunks_per_call"] <= 2
+    # One chunk a request ("Hi."), each waiting less than its request's first audio; calls take time;
+    # the CPU backend has no graphs (no phase runs).
+    assert after["wait_count"] - before["wait_count"] == len(records)
+    assert 0 <= means["chunk_wait_mean_ms"] < means["server_ttfa_mean_ms"]
+    assert 0 < means["call_mean_ms"] < means["server_ttfa_mean_ms"]
+    assert math.isnan(means["eager_phase_share"]) and "runs_eager" not in after
     summary = load_test.summarise("batched", 2, "pcm", records, wall, None, None, means)
     assert summary["g2p_mean_ms"] == means["g2p_mean_ms"]
     assert summary["errors"] == 0 and summary["requests"] == len(records)

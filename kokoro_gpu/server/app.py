@@ -46,7 +46,8 @@ def create_app(settings: ServerSettings, tts: KokoroTTS | None = None) -> FastAP
         model = tts if tts is not None else await asyncio.to_thread(load_model, settings)
         scheduler = ChunkScheduler(model.backend, max_batch=settings.max_batch, max_queue=settings.max_queue,
                                    gather_s=settings.gather_ms / 1000, on_batch=metrics.observe_batch,
-                                   lanes=settings.lanes)
+                                   lanes=settings.lanes, on_wait=metrics.chunk_wait_seconds.observe)
+        metrics.count_phase_runs(model.backend.phase_runs)
         workers = settings.g2p_workers or worker_count()
         # Spawned, not forked: the parent runs threads (scheduler, encoders) that a fork would copy mid-state.
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),

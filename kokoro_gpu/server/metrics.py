@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.015, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -29,10 +31,37 @@ class Metrics:
         self.audio_seconds = Counter("kokoro_audio_seconds", "Seconds of audio synthesised", registry=r)
         self.g2p_seconds = Histogram("kokoro_g2p_seconds", "Text front-end seconds per piece of text",
                                      buckets=_LATENCY_BUCKETS, registry=r)
+        self.chunk_wait_seconds = Histogram("kokoro_chunk_wait_seconds",
+                                            "Seconds a chunk waited for the model (queued to started)",
+                                            buckets=_LATENCY_BUCKETS, registry=r)
+        self.phase_runs_source: Callable[[], dict[str, int] | None] = lambda: None
+        r.register(_PhaseRunsCollector(self))
+
+    def count_phase_runs(self, source: Callable[[], dict[str, int] | None]) -> None:
+        """Report the engine's phase runs (``Backend.phase_runs``) at each scrape."""
+        self.phase_runs_source = source
 
     def observe_batch(self, size: int, seconds: float) -> None:
         self.batch_size.observe(size)
         self.batch_seconds.observe(seconds)
+
+
+class _PhaseRunsCollector(Collector):
+    """``kokoro_engine_phase_runs_total{run}``: the engine's forward-pass phases by how they ran (from a
+    captured graph, captured then, or eager: a length seen for the first time), read at scrape time."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        runs = self.metrics.phase_runs_source()
+        if runs is None:  # a backend without graphs (the CPU's)
+            return
+        family = CounterMetricFamily("kokoro_engine_phase_runs", "Engine forward-pass phases by how they ran",
+                                     labels=("run",))
+        for run, count in sorted(runs.items()):
+            family.add_metric((run,), count)
+        yield family
 
 
 Scope = MutableMapping[str, Any]
