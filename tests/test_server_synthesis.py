@@ -21,7 +21,7 @@ import pytest
 from kokoro_gpu.config import ModelConfig
 from kokoro_gpu.scheduler import ChunkOutput, ChunkSpec
 from kokoro_gpu.server.speech import SpeechJob
-from kokoro_gpu.server.synthesis import SECONDS_PER_PHONEME, Synthesizer
+from kokoro_gpu.server.synthesis import SECONDS_PER_PHONEME, AudioPiece, Synthesizer
 
 pytest.importorskip("misaki")
 
@@ -61,18 +61,21 @@ class RecordingPool(ThreadPoolExecutor):
         return future
 
 
-def _run(scheduler: RecordingScheduler, speed: float, pool: ThreadPoolExecutor | None = None) -> float:
+def _run(scheduler: RecordingScheduler, speed: float, pool: ThreadPoolExecutor | None = None,
+         pieces: list[AudioPiece] | None = None, timestamps: bool = False) -> float:
+    """The job's audio through `scheduler` (its pieces appended to `pieces`); the time it started."""
     config = ModelConfig.load()
     tts = SimpleNamespace(config=config, sample_rate=24000)
     job = SpeechJob(TEXT, "af_heart", np.zeros((510, 1, 256), np.float32), "en-us", speed, "pcm", "audio",
-                    None, True)
+                    None, True, timestamps)
     with pool or ThreadPoolExecutor(1) as pool:
         synthesizer = Synthesizer(tts, scheduler, pool, lookahead=2, deterministic=True)
 
         async def consume() -> float:
             started = time.monotonic()
-            async for _ in synthesizer.audio(job):
-                pass
+            async for piece in synthesizer.audio(job):
+                if pieces is not None:
+                    pieces.append(piece)
             return started
 
         return asyncio.run(consume())
@@ -109,3 +112,22 @@ def test_each_piece_goes_to_the_pool_once_the_one_before_is_done():
     assert len(submitted) == 4, submitted
     for before, after in itertools.pairwise(submitted):
         assert pool.log.index(("done", before)) < pool.log.index(("submit", after)), pool.log
+
+
+def test_word_timestamps_only_for_jobs_that_ask_for_them():
+    """The captioned routes' jobs get each piece's words (every word of the text, in order); a plain
+    speech job's pieces carry none (the work is skipped)."""
+    def frames_s(spec: ChunkSpec) -> float:  # the recording scheduler's durations: a frame per token
+        return spec.input_ids.size * 0.025
+
+    plain: list[AudioPiece] = []
+    _run(RecordingScheduler(frames_s), 1.0, pieces=plain)
+    captioned: list[AudioPiece] = []
+    _run(RecordingScheduler(frames_s), 1.0, pieces=captioned, timestamps=True)
+    assert [len(p.audio) for p in plain] == [len(p.audio) for p in captioned]
+    assert all(not p.words for p in plain)
+    words = [w for p in captioned for w in p.words]
+    spoken = [w.word for w in words if any(c.isalpha() for c in w.word)]
+    assert spoken == [w.strip(".,") for w in TEXT.split()], spoken
+    assert all(0 <= w.start <= w.end for w in words)
+    assert all(a.start <= b.start for a, b in itertools.pairwise(words))

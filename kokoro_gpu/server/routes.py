@@ -6,6 +6,7 @@ import base64
 import hmac
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -47,12 +48,12 @@ def authorize(request: Request) -> None:
                        code="invalid_api_key")
 
 
-async def _open(request: Request) -> tuple[SpeechStream, dict[str, Any]]:
+async def _open(request: Request, *, timestamps: bool = False) -> tuple[SpeechStream, dict[str, Any]]:
     received = time.perf_counter()
     authorize(request)
     state = _state(request)
     data = await read_json(request, state.settings.max_body_bytes)
-    job = parse_speech(data, state.tts, state.voices, state.settings)
+    job = replace(parse_speech(data, state.tts, state.voices, state.settings), timestamps=timestamps)
     ignored = unknown_fields(data)
     if ignored:
         logger.debug("kokoro_gpu: ignoring request fields %s", ignored)
@@ -81,7 +82,7 @@ async def speech(request: Request) -> Response:
 async def captioned_speech(request: Request) -> Response:
     """Audio with word timestamps: JSON lines ``{audio, audio_format, timestamps}`` as chunks finish,
     or (``stream: false``) one JSON object with the whole file and every word."""
-    stream, _ = await _open(request)
+    stream, _ = await _open(request, timestamps=True)
     if not stream.job.stream:
         audio, words = await whole(stream)
         return JSONResponse({"audio": base64.b64encode(audio).decode(),

@@ -57,6 +57,7 @@ class SpeechJob:
     stream_format: str
     seed: int | None
     stream: bool
+    timestamps: bool = False  # word timestamps with the audio (the captioned routes)
 
 
 async def read_json(request: Request, limit: int) -> dict[str, Any]:

@@ -162,7 +162,7 @@ class Synthesizer:
                     held = _fade(held, fade_in=False)
                     audio = _fade(audio, fade_in=True)
                 words = word_timestamps(chunk.words, chunk.phonemes, out.durations, self.tts.config.vocab,
-                                        offset)
+                                        offset) if job.timestamps else []
                 offset += len(audio) / self.tts.sample_rate
                 keep = min(FADE_SAMPLES, len(audio))
                 send = np.concatenate([held, audio[: len(audio) - keep]])
