@@ -15,14 +15,18 @@ per audio second (the encoders' cost shows as the difference between formats)
 and its RSS at start and end; and from the server's /metrics over the run, where
 a request's first audio waits: the server's own mean time to first audio (from
 request received), the text front end's mean seconds per piece (queueing in its
-process pool included), a chunk's mean wait for the model, the chunks and
-seconds per model call, and (CUDA) the share of the engine's phases that ran
-eager (lengths seen for the first time) or were captured into graphs.
+process pool included), a request's first chunk from queued to its audio, any
+chunk's mean wait for the model (later chunks wait behind their stream's
+earlier ones by design: the lookahead), the chunks and seconds per model call,
+and (CUDA) the share of the engine's phases that ran eager (lengths seen for
+the first time) or were captured into graphs.
 
 It starts the server itself (``--model``/``--device``; ``--serial`` adds the
 same server with ``--max-batch 1 --lanes 1``, one chunk on the model at a time, run in
 the same invocation) or targets ``--url``. Clients are spread over
-``--client-procs`` processes so that reading 128 streams is not the limit.
+``--client-procs`` processes so that reading 128 streams is not the limit;
+``--client-cpus N`` keeps them on N processors and the server it starts on the
+others (as clients on other machines would leave the server its cores).
 
 ``--soak`` runs one client count and format for ``--duration`` seconds and
 samples the server's memory throughout (its RSS, its front-end processes' RSS,
@@ -210,8 +214,20 @@ class Target:
             self.process.stop()
 
 
-def start_server(server_args: list[str], label: str) -> Target:
-    process = ServerProcess(["--log-level", "warning", "--max-streams", "4096", *server_args])
+def split_cpus(client_cpus: int) -> tuple[set[int] | None, set[int] | None]:
+    """(the server's processors, the clients'): the last ``client_cpus`` of this process's for the
+    clients, the others for the server; (None, None) for 0 (no pinning)."""
+    if client_cpus == 0:
+        return None, None
+    cpus = sorted(os.sched_getaffinity(0))
+    if not 0 < client_cpus < len(cpus):
+        raise SystemExit(f"load_test: --client-cpus must leave the server at least one of the "
+                         f"{len(cpus)} processors; got {client_cpus}")
+    return set(cpus[:-client_cpus]), set(cpus[-client_cpus:])
+
+
+def start_server(server_args: list[str], label: str, cpus: set[int] | None = None) -> Target:
+    process = ServerProcess(["--log-level", "warning", "--max-streams", "4096", *server_args], cpus=cpus)
     print(f"# starting: {' '.join(process.argv)}", file=sys.stderr)
     try:
         process.wait_ready(600)
@@ -259,6 +275,7 @@ def gpu_memory_mb() -> str:
 HISTOGRAMS = {
     "kokoro_time_to_first_audio_seconds": "ttfa",
     "kokoro_g2p_seconds": "g2p",
+    "kokoro_first_chunk_seconds": "first",
     "kokoro_chunk_wait_seconds": "wait",
     "kokoro_batch_size": "batch",
     "kokoro_batch_seconds": "call",
@@ -302,6 +319,7 @@ def server_means(before: dict[str, float], after: dict[str, float]) -> dict[str,
             for run in ("eager", "captured", "replayed")}
     phases = sum(runs.values())
     return {"server_ttfa_mean_ms": mean("ttfa", 1e3), "g2p_mean_ms": mean("g2p", 1e3),
+            "first_chunk_mean_ms": mean("first", 1e3),
             "chunk_wait_mean_ms": mean("wait", 1e3), "chunks_per_call": mean("batch", 1.0),
             "call_mean_ms": mean("call", 1e3),
             "eager_phase_share": runs["eager"] / phases if phases else float("nan"),
@@ -391,17 +409,19 @@ def summarise(label: str, clients: int, fmt: str, records: list[Record], wall: f
 
 HEADER = ("| mode | clients | format | requests | errors | TTFA p50 ms | TTFA p99 ms | RTF p50 | RTF min "
           "| underruns | audio-s/s | server CPU s / audio s | server TTFA mean ms | G2P mean ms / piece "
-          "| chunk wait mean ms | chunks / model call | model call mean ms | phases eager / captured |")
+          "| first chunk mean ms | chunk wait mean ms | chunks / model call | model call mean ms "
+          "| phases eager / captured |")
 COLUMNS = HEADER.count("|") - 1
-SERVER_MEANS = ("server_ttfa_mean_ms", "g2p_mean_ms", "chunk_wait_mean_ms", "chunks_per_call", "call_mean_ms",
-                "eager_phase_share", "captured_phase_share")
+SERVER_MEANS = ("server_ttfa_mean_ms", "g2p_mean_ms", "first_chunk_mean_ms", "chunk_wait_mean_ms",
+                "chunks_per_call", "call_mean_ms", "eager_phase_share", "captured_phase_share")
 
 
 def row(s: dict) -> str:
     return (f"| {s['mode']} | {s['clients']} | {s['format']} | {s['requests']} | {s['errors']} "
             f"| {s['ttfa_p50_ms']:.1f} | {s['ttfa_p99_ms']:.1f} | {s['rtf_p50']:.1f} | {s['rtf_min']:.1f} "
             f"| {s['underruns']} | {s['audio_s_per_s']:.1f} | {s['cpu_s_per_audio_s']:.3f} "
-            f"| {s['server_ttfa_mean_ms']:.1f} | {s['g2p_mean_ms']:.1f} | {s['chunk_wait_mean_ms']:.1f} "
+            f"| {s['server_ttfa_mean_ms']:.1f} | {s['g2p_mean_ms']:.1f} | {s['first_chunk_mean_ms']:.1f} "
+            f"| {s['chunk_wait_mean_ms']:.1f} "
             f"| {s['chunks_per_call']:.1f} | {s['call_mean_ms']:.1f} "
             f"| {s['eager_phase_share']:.0%} / {s['captured_phase_share']:.0%} |")
 
@@ -496,7 +516,12 @@ def main(argv: list[str] | None = None) -> int:
                    "GPU memory throughout (start, middle, end reported)")
     p.add_argument("--sample-every", type=float, default=None,
                    help="seconds between memory samples of --soak (default: a tenth of --duration, >= 1)")
-    p.add_argument("--client-procs", type=int, default=min(8, os.cpu_count() or 1))
+    p.add_argument("--client-procs", type=int, default=None,
+                   help="processes the clients are spread over (default: up to 8, one per client processor)")
+    p.add_argument("--client-cpus", type=int, default=0,
+                   help="pin the clients to this process's last N processors and the server it starts to "
+                   "the others, so that reading the streams does not take the server's cores (default 0: "
+                   "no pinning)")
     p.add_argument("--api-key", default=os.environ.get("KOKORO_API_KEY"))
     p.add_argument("--texts", default="mixed",
                    help="mixed (the built-in corpus), short (its one-sentence texts) or a file of texts")
@@ -506,6 +531,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.serial and args.url:
         p.error("--serial starts its own two servers; give --model instead of --url")
+    if args.client_cpus and args.url:
+        p.error("--client-cpus pins a server this script starts; give --model instead of --url")
+    server_cpus, client_cpus = split_cpus(args.client_cpus)
+    if client_cpus is not None:
+        os.sched_setaffinity(0, client_cpus)  # the client processes inherit it
+    if args.client_procs is None:
+        args.client_procs = min(8, len(os.sched_getaffinity(0)))
     levels = [int(c) for c in args.clients.split(",")]
     formats = args.format.split(",")
     if args.soak and (len(levels) != 1 or len(formats) != 1):
@@ -521,7 +553,8 @@ def main(argv: list[str] | None = None) -> int:
     print(HEADER)
     print("|" + "---|" * COLUMNS)
     for label, server_args in modes:
-        server = Target(label, args.url.rstrip("/")) if args.url else start_server(server_args, label)
+        server = Target(label, args.url.rstrip("/")) if args.url else start_server(server_args, label,
+                                                                                  server_cpus)
         try:
             if args.soak:
                 rows.append(soak(server, args, levels[0], formats[0]))

@@ -14,10 +14,10 @@ from kokoro_gpu.server.launcher import ServerProcess
 API_KEY = "test-key"
 
 
-def cpu_server(model_dir: Path, *extra: str, log: Path) -> ServerProcess:
+def cpu_server(model_dir: Path, *extra: str, log: Path, cpus: set[int] | None = None) -> ServerProcess:
     """kokoro-serve on the CPU backend with one front-end process, its output in ``log``."""
     return ServerProcess(["--model", str(model_dir), "--device", "cpu", "--g2p-workers", "1",
-                          "--log-level", "warning", *extra], log=log)
+                          "--log-level", "warning", *extra], log=log, cpus=cpus)
 
 
 def pcm16(audio: np.ndarray) -> np.ndarray:

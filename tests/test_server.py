@@ -12,6 +12,7 @@ import io
 import itertools
 import json
 import math
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -327,6 +328,32 @@ def test_routes_and_other_errors(server):
     assert page.status_code == 200 and "<textarea" in page.text
 
 
+def test_a_pinned_server_runs_with_its_front_end_on_the_given_processors(model_dir, tmp_path):
+    """ServerProcess(cpus=...) (load_test --client-cpus): the server and its front-end process may run
+    only on those processors, and it serves; load_test's split leaves the server all but the clients'."""
+    from script_modules import load_script
+
+    mine = sorted(os.sched_getaffinity(0))
+    process = cpu_server(model_dir, log=tmp_path / "server.log", cpus={mine[0]})
+    try:
+        process.wait_ready()
+        pids = process.pids()
+        assert len(pids) >= 2, "the server and its front-end process"
+        assert all(os.sched_getaffinity(pid) == {mine[0]} for pid in pids)
+        body = {"model": "kokoro", "input": "Hi.", "voice": "am_adam", "response_format": "pcm"}
+        response = httpx.post(f"{process.url}/v1/audio/speech", timeout=300, json=body)
+        assert response.status_code == 200 and len(response.content) > 0
+    finally:
+        process.stop()
+    assert os.sched_getaffinity(0) == set(mine), "this process keeps its own processors"
+    load_test = load_script("load_test")
+    assert load_test.split_cpus(0) == (None, None)
+    if len(mine) > 1:
+        assert load_test.split_cpus(1) == (set(mine[:-1]), {mine[-1]})
+    with pytest.raises(SystemExit, match="at least one"):
+        load_test.split_cpus(len(mine))
+
+
 def test_graceful_shutdown_finishes_the_stream(model_dir, tts, tmp_path):
     """SIGTERM while a stream runs: the stream still gets all of its audio, then the server exits."""
     process = cpu_server(model_dir, log=tmp_path / "server.log")
@@ -514,10 +541,12 @@ def test_load_test_script_against_the_server(server):
     assert 0 < means["server_ttfa_mean_ms"] < 1e3 * max(r.ttfa for r in records)
     assert after["g2p_count"] - before["g2p_count"] == len(records) and means["g2p_mean_ms"] > 0
     assert 1 <= means["chunks_per_call"] <= 2
-    # One chunk a request ("Hi."), each waiting less than its request's first audio; calls take time;
-    # the CPU backend has no graphs (no phase runs).
+    # One chunk a request ("Hi."): its wait, then its run (the first chunk), within the request's first
+    # audio; calls take time; the CPU backend has no graphs (no phase runs).
     assert after["wait_count"] - before["wait_count"] == len(records)
     assert 0 <= means["chunk_wait_mean_ms"] < means["server_ttfa_mean_ms"]
+    assert after["first_count"] - before["first_count"] == len(records)
+    assert means["chunk_wait_mean_ms"] < means["first_chunk_mean_ms"] < means["server_ttfa_mean_ms"]
     assert 0 < means["call_mean_ms"] < means["server_ttfa_mean_ms"]
     assert math.isnan(means["eager_phase_share"]) and "runs_eager" not in after
     summary = load_test.summarise("batched", 2, "pcm", records, wall, None, None, means)

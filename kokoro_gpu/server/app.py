@@ -59,7 +59,8 @@ def create_app(settings: ServerSettings, tts: KokoroTTS | None = None) -> FastAP
             await asyncio.gather(*(asyncio.wrap_future(f) for f in warm))
             synthesizer = Synthesizer(model, scheduler, pool, lookahead=settings.lookahead,
                                       deterministic=settings.deterministic,
-                                      on_g2p=metrics.g2p_seconds.observe)
+                                      on_g2p=metrics.g2p_seconds.observe,
+                                      on_first_chunk=metrics.first_chunk_seconds.observe)
             voices = tuple(await asyncio.to_thread(model.list_voices))
             state = ServerState(settings, model, voices, scheduler, synthesizer, metrics)
             state.idle.set()

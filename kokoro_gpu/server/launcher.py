@@ -33,17 +33,23 @@ class ServerProcess:
 
     ``wait_ready`` returns once ``GET /health`` answers 200; ``stop`` sends
     SIGTERM (graceful shutdown: in-flight streams finish) and kills the server
-    if it has not exited in time.
+    if it has not exited in time. ``cpus``: the processors the server (its
+    threads and front-end processes) may run on (Linux), e.g. apart from a load
+    test's clients; it sizes its front-end pool and CPU threads by them.
     """
 
-    def __init__(self, args: Sequence[str], *, log: Path | None = None) -> None:
+    def __init__(self, args: Sequence[str], *, log: Path | None = None,
+                 cpus: set[int] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         self.argv = [sys.executable, "-m", "kokoro_gpu.server", *args, "--port", str(self.port)]
         self._log_file: IO[bytes] | None = open(log, "wb") if log is not None else None  # closed in stop()
         output = {"stdout": self._log_file, "stderr": subprocess.STDOUT} if self._log_file else {}
-        self.process = subprocess.Popen(self.argv, env={**os.environ, "PYTHONUNBUFFERED": "1"}, **output)
+        # Set in the child before it runs Python: every thread and process it starts inherits it.
+        pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
+        self.process = subprocess.Popen(self.argv, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                        preexec_fn=pin, **output)
 
     def _log_tail(self) -> str:
         return self.log.read_text(errors="replace")[-2000:] if self.log is not None else ""

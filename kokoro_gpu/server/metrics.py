@@ -31,6 +31,9 @@ class Metrics:
         self.audio_seconds = Counter("kokoro_audio_seconds", "Seconds of audio synthesised", registry=r)
         self.g2p_seconds = Histogram("kokoro_g2p_seconds", "Text front-end seconds per piece of text",
                                      buckets=_LATENCY_BUCKETS, registry=r)
+        self.first_chunk_seconds = Histogram("kokoro_first_chunk_seconds",
+                                             "Seconds from a request's first chunk queued to its audio",
+                                             buckets=_LATENCY_BUCKETS, registry=r)
         self.chunk_wait_seconds = Histogram("kokoro_chunk_wait_seconds",
                                             "Seconds a chunk waited for the model (queued to started)",
                                             buckets=_LATENCY_BUCKETS, registry=r)

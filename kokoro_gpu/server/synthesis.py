@@ -77,7 +77,8 @@ class Synthesizer:
 
     def __init__(self, tts: KokoroTTS, scheduler: ChunkScheduler, pool: ProcessPoolExecutor,
                  *, lookahead: int, deterministic: bool,
-                 on_g2p: Callable[[float], None] | None = None) -> None:
+                 on_g2p: Callable[[float], None] | None = None,
+                 on_first_chunk: Callable[[float], None] | None = None) -> None:
         self.tts = tts
         self.scheduler = scheduler
         self.pool = pool
@@ -85,6 +86,7 @@ class Synthesizer:
         self.deterministic = deterministic
         self.limit = min(MAX_PHONEMES, tts.config.max_phonemes)
         self._on_g2p = on_g2p
+        self._on_first_chunk = on_first_chunk  # seconds from a job's first chunk submitted to its audio
 
     async def _chunks(self, job: SpeechJob) -> AsyncIterator[Chunk]:
         """The job's chunks in order; the next piece is phonemised while this one's chunks are used."""
@@ -133,11 +135,12 @@ class Synthesizer:
         inflight: deque[tuple[Chunk, Future[ChunkOutput]]] = deque()
         exhausted = False
         index = 0
+        first_submitted = 0.0
         offset = 0.0  # seconds of audio received
         held = np.zeros(0, dtype=np.float32)  # the last chunk's tail, sent once the next is known
 
         async def fill() -> None:
-            nonlocal exhausted, index
+            nonlocal exhausted, index, first_submitted
             while not exhausted and len(inflight) < self.lookahead:
                 chunk = await anext(chunks, None)
                 if chunk is None:
@@ -147,6 +150,8 @@ class Synthesizer:
                 pending = sum(len(c.phonemes) for c, _ in inflight) * SECONDS_PER_PHONEME / job.speed
                 spec = self._spec(job, chunk, index, started + offset + pending)
                 inflight.append((chunk, self.scheduler.submit(spec)))
+                if index == 0:
+                    first_submitted = time.perf_counter()
                 index += 1
 
         try:
@@ -157,6 +162,8 @@ class Synthesizer:
             while inflight:
                 chunk, future = inflight.popleft()
                 out = await asyncio.wrap_future(future)
+                if first and self._on_first_chunk is not None:
+                    self._on_first_chunk(time.perf_counter() - first_submitted)
                 audio = np.asarray(out.audio, dtype=np.float32)
                 if not first and len(held) and len(audio):
                     held = _fade(held, fade_in=False)
