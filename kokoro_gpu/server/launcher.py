@@ -46,10 +46,14 @@ class ServerProcess:
         self.argv = [sys.executable, "-m", "kokoro_gpu.server", *args, "--port", str(self.port)]
         self._log_file: IO[bytes] | None = open(log, "wb") if log is not None else None  # closed in stop()
         output = {"stdout": self._log_file, "stderr": subprocess.STDOUT} if self._log_file else {}
-        # Set in the child before it runs Python: every thread and process it starts inherits it.
-        pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
-        self.process = subprocess.Popen(self.argv, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                                        preexec_fn=pin, **output)
+        self.process = subprocess.Popen(self.argv, env={**os.environ, "PYTHONUNBUFFERED": "1"}, **output)
+        if cpus is not None:
+            # Set as Python starts in the child (no preexec_fn: unsafe beside threads), before the server
+            # makes any thread or process, which then inherit it.
+            try:
+                os.sched_setaffinity(self.process.pid, cpus)
+            except ProcessLookupError:  # exited already: wait_ready reports it
+                pass
 
     def _log_tail(self) -> str:
         return self.log.read_text(errors="replace")[-2000:] if self.log is not None else ""
