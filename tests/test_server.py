@@ -578,3 +578,26 @@ def test_load_test_soak_samples_the_servers_memory(server):
     # Every request of the run was answered 200 by the server, counted between the first and last sample.
     assert samples[-1]["speech_ok"] - samples[0]["speech_ok"] == summary["requests"]
     assert samples[-1]["speech_failed"] == samples[0]["speech_failed"]
+
+
+def test_engine_phase_runs_are_read_at_each_scrape():
+    """kokoro_engine_phase_runs_total{run} comes from the backend's counts when /metrics is scraped
+    (a CUDA engine's); before a source is set, or for a backend without graphs, it is absent."""
+    from prometheus_client import generate_latest
+
+    from kokoro_gpu.server.metrics import Metrics
+
+    def scrape(m: Metrics) -> dict[str, float]:
+        lines = generate_latest(m.registry).decode().splitlines()
+        return {line.split('"')[1]: float(line.split()[-1])
+                for line in lines if line.startswith("kokoro_engine_phase_runs_total{")}
+
+    metrics = Metrics()
+    assert scrape(metrics) == {}
+    metrics.count_phase_runs(lambda: None)
+    assert scrape(metrics) == {}
+    counts = {"eager": 3, "captured": 1, "replayed": 7}
+    metrics.count_phase_runs(lambda: dict(counts))
+    assert scrape(metrics) == counts
+    counts["replayed"] += 5
+    assert scrape(metrics)["replayed"] == 12

@@ -37,12 +37,12 @@ class Metrics:
         self.chunk_wait_seconds = Histogram("kokoro_chunk_wait_seconds",
                                             "Seconds a chunk waited for the model (queued to started)",
                                             buckets=_LATENCY_BUCKETS, registry=r)
-        self.phase_runs_source: Callable[[], dict[str, int] | None] = lambda: None
-        r.register(_PhaseRunsCollector(self))
+        self._phase_runs = _PhaseRunsCollector()
+        r.register(self._phase_runs)
 
     def count_phase_runs(self, source: Callable[[], dict[str, int] | None]) -> None:
         """Report the engine's phase runs (``Backend.phase_runs``) at each scrape."""
-        self.phase_runs_source = source
+        self._phase_runs.source = source
 
     def observe_batch(self, size: int, seconds: float) -> None:
         self.batch_size.observe(size)
@@ -53,11 +53,11 @@ class _PhaseRunsCollector(Collector):
     """``kokoro_engine_phase_runs_total{run}``: the engine's forward-pass phases by how they ran (from a
     captured graph, captured then, or eager: a length seen for the first time), read at scrape time."""
 
-    def __init__(self, metrics: Metrics) -> None:
-        self.metrics = metrics
+    def __init__(self) -> None:
+        self.source: Callable[[], dict[str, int] | None] = lambda: None  # until the model is loaded
 
     def collect(self) -> Iterator[CounterMetricFamily]:
-        runs = self.metrics.phase_runs_source()
+        runs = self.source()
         if runs is None:  # a backend without graphs (the CPU's)
             return
         family = CounterMetricFamily("kokoro_engine_phase_runs", "Engine forward-pass phases by how they ran",
