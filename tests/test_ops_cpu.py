@@ -11,7 +11,7 @@ import pytest
 
 from kokoro_gpu import ops
 from kokoro_gpu.ops import conv as conv_module
-from kokoro_gpu.ops import fast_conv, norm, parallel, polyphase
+from kokoro_gpu.ops import fast_conv, kernels, norm, parallel, polyphase
 
 
 @pytest.fixture
@@ -180,6 +180,7 @@ def test_adain_blocks_of_channels_change_nothing(rng, monkeypatch, act):
     x = (rng.standard_normal((5, 300)) * 3 + 1).astype(np.float32)
     gb = rng.standard_normal(10).astype(np.float32)
     alpha = (rng.random(5) + 0.2).astype(np.float32)
+    monkeypatch.setattr(kernels, "native", None)  # the NumPy reference's blocks
     whole = ops.adain(x, gb, act, alpha=alpha)
     monkeypatch.setattr(norm, "_BLOCK_ELEMS", 1)
     blocked = ops.adain(x, gb, act, alpha=alpha)
@@ -285,6 +286,31 @@ def test_prepared_conv1d_matches_naive_loop(rng, method, c_in, c_out, k, pad, di
     expected = _naive_conv1d(x, w, b, 1, pad, dilation, 1)
     assert y.shape == expected.shape and y.dtype == np.float64
     np.testing.assert_allclose(y, expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("method", "c_in", "c_out", "k", "pad", "dilation", "t_len"),
+    [(m, *shape) for m in ("gemm", "winograd", "dft") for shape in _PREPARED_SHAPES
+     if m != "winograd" or shape[2] == 3],
+)
+def test_prepared_conv1d_padded_input(rng, method, c_in, c_out, k, pad, dilation, t_len):
+    """An input written into the conv's padded buffer gives the same as the input passed as an array;
+    the buffer's margins are zero whatever the memory held before."""
+    x = rng.standard_normal((c_in, t_len))
+    w = rng.standard_normal((c_out, c_in, k))
+    b = rng.standard_normal(c_out)
+    conv = fast_conv.PreparedConv1d(w, b, pad=pad, dilation=dilation, method=method)
+    padded = conv.padded_input(t_len)
+    assert padded.interior.shape == x.shape and np.shares_memory(padded.interior, padded.buffer)
+    outside = np.ones(padded.buffer.shape, dtype=bool)
+    outside[:, pad : pad + t_len] = False
+    assert not padded.buffer[outside].any()
+    padded.interior[...] = x
+    np.testing.assert_array_equal(conv(padded), conv(x))
+    too_short = (k - 1) * dilation - 2 * pad + 1  # no output: a clear error, as for an array
+    if too_short > 0:
+        with pytest.raises(ValueError, match="too short"):
+            conv(conv.padded_input(too_short - 1) if method != "gemm" else np.zeros((c_in, too_short - 1)))
 
 
 @pytest.mark.parametrize(("method", "k"), [("winograd", 3), ("dft", 7), ("dft", 11)])

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import CheckpointError
 from ..ops import adain, conv1d, conv_transpose1d, linear, upsample_nearest
 from ..ops.bf16_conv import BF16Conv1d, BF16Sequence, adain_bf16
-from ..ops.fast_conv import Method, PreparedConv1d
+from ..ops.fast_conv import Method, PaddedInput, PreparedConv1d
 
 Weights = Mapping[str, np.ndarray]
 FloatType = type[np.floating]
@@ -91,7 +91,21 @@ class Conv1d:
                              else PreparedConv1d(w, self.b, self.pad, dilation, method))
         self.w = w if self.prepared is None else None
 
-    def __call__(self, x: np.ndarray | BF16Sequence) -> np.ndarray:
+    def after_adain(self, x: np.ndarray, style_gb: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+        """``self(adain(x, style_gb, "snake", alpha=alpha))``, the AdaIN written where the conv reads it.
+
+        fast: rounded to bf16 with the conv's padding (``adain_bf16``); fp32: into the
+        prepared conv's padded input buffer.
+        """
+        if isinstance(self.prepared, BF16Conv1d):
+            return self.prepared(adain_bf16(x, style_gb, self.pad, "snake", alpha=alpha))
+        if isinstance(self.prepared, PreparedConv1d):
+            padded = self.prepared.padded_input(x.shape[-1])
+            adain(x, style_gb, "snake", alpha=alpha, out=padded.interior)
+            return self.prepared(padded)
+        return self(adain(x, style_gb, "snake", alpha=alpha))
+
+    def __call__(self, x: np.ndarray | BF16Sequence | PaddedInput) -> np.ndarray:
         if self.prepared is not None:
             return self.prepared(x)  # type: ignore[arg-type]  # a BF16Sequence only reaches a BF16Conv1d
         return conv1d(x, self.w, self.b, stride=self.stride, pad=self.pad, dilation=self.dilation)
@@ -135,7 +149,6 @@ class AdaINResBlock1:
     """
 
     def __init__(self, p: Params, dilations: Sequence[int]) -> None:
-        self.fast = p.fast
         self.layers = [
             (
                 Linear(p.sub(f"adain1.{j}.fc")),
@@ -150,12 +163,9 @@ class AdaINResBlock1:
 
     def __call__(self, x: np.ndarray, s: np.ndarray) -> np.ndarray:
         for fc1, a1, c1, fc2, a2, c2 in self.layers:
-            if self.fast:  # each AdaIN hands its conv the bf16 input, padded, that it reads in place
-                xt = c1(adain_bf16(x, fc1(s), c1.pad, "snake", alpha=a1))
-                y = c2(adain_bf16(xt, fc2(s), c2.pad, "snake", alpha=a2))
-            else:
-                xt = c1(adain(x, fc1(s), "snake", alpha=a1))
-                y = c2(adain(xt, fc2(s), "snake", alpha=a2))
+            # Each AdaIN writes its conv's input where the conv reads it (bf16 in fast precision).
+            xt = c1.after_adain(x, fc1(s), a1)
+            y = c2.after_adain(xt, fc2(s), a2)
             y += x  # in place: the conv's output is a fresh array
             x = y
         return x

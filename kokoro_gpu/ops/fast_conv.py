@@ -28,6 +28,11 @@ ready for the per-point GEMMs, and ``A^T`` multiplies the products transposed,
 so the outputs come out as [Cout tiles, m], already in time order. No step
 transposes data in memory, which is what costs most on long sequences.
 
+An input can also be written straight into the conv's padded buffer
+(:meth:`PreparedConv1d.padded_input`: the AdaIN before each of the
+generator's convs writes its result there), which saves allocating and
+copying the padded sequence.
+
 Dilation d is handled exactly: output sample ``r + d t`` only reads inputs
 ``r + d (t + i)``, so the d phases are d independent undilated convolutions,
 tiled side by side as extra GEMM columns. Everything runs in chunks of tiles
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 from functools import partial
 from typing import Literal
 
@@ -60,6 +66,14 @@ _WINOGRAD_POINTS = {3: (0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5)}
 # DFT tile length per kernel size: the fewest multiplications counting the
 # transforms' (B^T and A^T grow with n, the points per output shrink).
 _DFT_LENGTH = {7: 32, 11: 32}
+
+
+@dataclass(frozen=True)
+class PaddedInput:
+    """A conv's input ``[Cin, T]`` in the conv's padded buffer: write ``interior``, zero elsewhere."""
+
+    buffer: np.ndarray
+    interior: np.ndarray
 
 
 def winograd_matrices(m: int, r: int, points: tuple[float, ...]) -> tuple[np.ndarray, ...]:
@@ -192,27 +206,51 @@ class PreparedConv1d:
         self.point_w = np.ascontiguousarray(np.einsum("pi,oci->poc", g, w.astype(np.float64)),
                                             dtype=self.dtype)  # [P, Cout, Cin]
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
+    def padded_input(self, t_in: int) -> PaddedInput:
+        """A buffer for an input of length ``t_in``: its margins zeroed, its interior left to the caller."""
+        if self.method == "gemm":
+            length = t_in + 2 * self.pad
+        else:
+            t_out = conv1d_out_len(t_in, self.k, 1, self.pad, self.dilation)
+            if t_out <= 0:
+                raise ValueError(f"conv: input of length {t_in} is too short for kernel {self.k} "
+                                 f"(dilation {self.dilation})")
+            length = self.dilation * (self._tiles(t_out) * self.m + self.k - 1)
+        buffer = np.empty((self.c_in, length), dtype=self.dtype)
+        buffer[:, : self.pad] = 0
+        buffer[:, self.pad + t_in :] = 0
+        return PaddedInput(buffer, buffer[:, self.pad : self.pad + t_in])
+
+    def _tiles(self, t_out: int) -> int:
+        """Tiles of m outputs per phase."""
+        return math.ceil(math.ceil(t_out / self.dilation) / self.m)
+
+    def __call__(self, x: np.ndarray | PaddedInput) -> np.ndarray:
         if self.method != "gemm":
             return self._tiled(x)
-        parts = run_parallel([partial(conv1d, x, w, pad=self.pad, dilation=self.dilation)
-                              for w in self.w_parts])
+        if isinstance(x, PaddedInput):
+            parts = run_parallel([partial(conv1d, x.buffer, w, dilation=self.dilation) for w in self.w_parts])
+        else:
+            parts = run_parallel([partial(conv1d, x, w, pad=self.pad, dilation=self.dilation)
+                                  for w in self.w_parts])
         y = parts[0] if len(parts) == 1 else np.concatenate(parts)
         if self.b is not None:
             y += self.b[:, None]
         return y
 
-    def _tiled(self, x: np.ndarray) -> np.ndarray:
-        c_in, t_in = x.shape
+    def _tiled(self, x: np.ndarray | PaddedInput) -> np.ndarray:
+        c_in, t_in = x.interior.shape if isinstance(x, PaddedInput) else x.shape
         if c_in != self.c_in:
             raise ValueError(f"conv: x has {c_in} channels, the weights {self.c_in}")
         d, m, c_out = self.dilation, self.m, self.c_out
+        if isinstance(x, PaddedInput):
+            xp = x.buffer
+        else:
+            xp = self.padded_input(t_in)
+            xp.interior[...] = x
+            xp = xp.buffer
         t_out = conv1d_out_len(t_in, self.k, 1, self.pad, d)
-        if t_out <= 0:
-            raise ValueError(f"conv: input of length {t_in} is too short for kernel {self.k} (dilation {d})")
-        n_tiles = math.ceil(math.ceil(t_out / d) / m)  # tiles of m outputs per phase
-        xp = np.zeros((c_in, d * (n_tiles * m + self.k - 1)), dtype=self.dtype)
-        xp[:, self.pad : self.pad + t_in] = x
+        n_tiles = self._tiles(t_out)
         y = np.empty((c_out, n_tiles * m * d), dtype=self.dtype)
         # The tiles are independent: one contiguous range of them per worker thread.
         bounds = np.linspace(0, n_tiles, min(worker_count(), n_tiles) + 1).astype(int)

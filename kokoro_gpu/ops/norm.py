@@ -5,17 +5,21 @@ Variances are biased (divide by n), as in PyTorch's normalisation layers.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from functools import partial
 from typing import Literal
 
 import numpy as np
 
+from . import kernels
 from .elementwise import snake
 from .parallel import run_parallel, worker_count
 
 # Elements of one block of channels in adain: the block and its temporaries stay in cache.
 _BLOCK_ELEMS = 1 << 17
+# Elements from which the fused kernel's rows are split across the worker threads.
+_SPLIT_ELEMS = 1 << 16
 
 
 def _normalize(x: np.ndarray, axis: int, eps: float) -> np.ndarray:
@@ -78,18 +82,26 @@ def adain(
     slope: float = 0.2,
     alpha: np.ndarray | None = None,
     eps: float = 1e-5,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """AdaIN1d on ``x [C, T]``: ``(1 + gamma[c]) * instance_norm(x) + beta[c]``, then an optional activation.
 
     ``style_gb [2C]`` holds gamma then beta (the style projection ``fc(s)``).
     ``act="leaky_relu"`` uses ``slope``; ``act="snake"`` uses ``alpha [C]``.
+    The result goes to ``out`` when given (x's shape and dtype; a view, such as a
+    conv's padded input, will do), else to a new array.
     Computed block by block of whole channels: every step of a block (its
     statistics, the normalisation, the activation) runs while the block is in
     cache, so the sequence is read once and written once; on the generator's
-    long sequences each pass over memory costs more than the math.
+    long sequences each pass over memory costs more than the math. In float32
+    the fused kernel (:mod:`.kernels`) does it row by row; this is its reference.
     """
-    out = np.empty(x.shape, dtype=x.dtype)
-    adain_blocks(x, style_gb, lambda rows: out[rows], act, slope, alpha, eps)
+    if out is None:
+        out = np.empty(x.shape, dtype=x.dtype)
+    elif out.shape != x.shape or out.dtype != x.dtype:
+        raise ValueError(f"adain: out {out.shape} {out.dtype} does not match x {x.shape} {x.dtype}")
+    result = out
+    adain_blocks(x, style_gb, lambda rows: result[rows], act, slope, alpha, eps)
     return out
 
 
@@ -114,6 +126,19 @@ def adain_blocks(
     if act == "snake" and alpha is None:
         raise ValueError("adain with act='snake' needs alpha")
     gamma, beta = _split_style(style_gb)
+    if kernels.native is not None and x.dtype == np.float32 and block_done is None:
+        # The fused kernel (native/cpu/adain.cpp): each row read from cache three times, written once.
+        if x.strides[-1] != x.itemsize:
+            x = np.ascontiguousarray(x)
+
+        def run_rows(rows: slice) -> None:
+            kernels.native.adain_rows(x[rows], block_out(rows), gamma[rows], beta[rows], act or "none",
+                                      slope, None if alpha is None else alpha[rows], eps)
+
+        parts = min(worker_count(), x.shape[0]) if x.size >= _SPLIT_ELEMS else 1
+        bounds = np.linspace(0, x.shape[0], parts + 1).astype(int)
+        run_parallel([partial(run_rows, slice(int(a), int(b))) for a, b in itertools.pairwise(bounds)])
+        return
     one, eps_t, slope_t = x.dtype.type(1), x.dtype.type(eps), x.dtype.type(slope)
 
     def run_blocks(blocks: list[slice]) -> None:

@@ -1,0 +1,80 @@
+// kokoro_gpu._cpu: the CPU backend's fused kernels (native/cpu), NumPy in and
+// out. Each has a NumPy reference in kokoro_gpu.ops that the tests hold it to;
+// the calls release the GIL, so the backend's worker threads run them side by
+// side.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "adain.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using FloatArray = py::array_t<float, py::array::forcecast>;
+
+// A 2-D float32 array with unit inner stride: its row stride in floats.
+int64_t row_stride(const py::buffer_info& info, const char* name) {
+    if (info.ndim != 2 || info.format != py::format_descriptor<float>::format() ||
+        (info.shape[1] > 1 && info.strides[1] != sizeof(float)) ||
+        info.strides[0] % int64_t(sizeof(float)) != 0) {
+        throw std::invalid_argument(std::string(name) +
+                                    " must be a 2-D float32 array with contiguous rows");
+    }
+    return info.strides[0] / int64_t(sizeof(float));
+}
+
+const float* vector_of(const FloatArray& v, int64_t rows, const char* name) {
+    if (v.ndim() != 1 || v.shape(0) != rows)
+        throw std::invalid_argument(std::string(name) + " must hold one value per row");
+    return v.data();
+}
+
+kokoro::cpu::Activation activation_of(const std::string& act) {
+    if (act == "none") return kokoro::cpu::Activation::kNone;
+    if (act == "leaky_relu") return kokoro::cpu::Activation::kLeakyRelu;
+    if (act == "snake") return kokoro::cpu::Activation::kSnake;
+    throw std::invalid_argument("unknown activation '" + act + "'");
+}
+
+void adain_rows(py::buffer x, py::buffer out, const FloatArray& gamma, const FloatArray& beta,
+                const std::string& act, float slope, const std::optional<FloatArray>& alpha,
+                float eps) {
+    const py::buffer_info xi = x.request(), oi = out.request(true);
+    kokoro::cpu::AdainRows spec;
+    spec.x_stride = row_stride(xi, "x");
+    spec.out_stride = row_stride(oi, "out");
+    if (xi.shape != oi.shape) throw std::invalid_argument("x and out must have the same shape");
+    spec.x = static_cast<const float*>(xi.ptr);
+    spec.out = static_cast<float*>(oi.ptr);
+    spec.rows = xi.shape[0];
+    spec.length = xi.shape[1];
+    spec.gamma = vector_of(gamma, spec.rows, "gamma");
+    spec.beta = vector_of(beta, spec.rows, "beta");
+    spec.act = activation_of(act);
+    if (spec.act == kokoro::cpu::Activation::kSnake) {
+        if (!alpha) throw std::invalid_argument("the snake activation needs alpha");
+        spec.alpha = vector_of(*alpha, spec.rows, "alpha");
+    }
+    spec.slope = slope;
+    spec.eps = eps;
+    if (spec.length == 0) return;
+    py::gil_scoped_release release;
+    kokoro::cpu::adain_rows(spec);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_cpu, m) {
+    m.doc() = "The CPU backend's fused kernels (each equal to its NumPy reference in kokoro_gpu.ops).";
+    m.def("adain_rows", &adain_rows, py::arg("x"), py::arg("out"), py::arg("gamma"), py::arg("beta"),
+          py::arg("act"), py::arg("slope") = 0.2f, py::arg("alpha") = py::none(),
+          py::arg("eps") = 1e-5f,
+          "AdaIN1d and its activation ('none', 'leaky_relu', 'snake') on the rows of x [C, T] "
+          "into out [C, T] (either may be a view with strided rows): kokoro_gpu.ops.norm.adain.");
+}

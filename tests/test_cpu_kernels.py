@@ -1,0 +1,120 @@
+"""The CPU backend's fused kernels (kokoro_gpu._cpu, native/cpu) against their NumPy references."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from kokoro_gpu import ops
+from kokoro_gpu.model.blocks import Conv1d, Params
+from kokoro_gpu.ops import kernels
+
+if kernels.native is None:
+    if os.environ.get("CI"):  # the CI's install has a C++ compiler: the kernels must be there
+        pytest.fail("kokoro_gpu._cpu is not built", pytrace=False)
+    pytest.skip("the CPU kernels (kokoro_gpu._cpu) are not built", allow_module_level=True)
+
+ACTS = (None, "leaky_relu", "snake")
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(7)
+
+
+def _reference(monkeypatch: pytest.MonkeyPatch, *args, **kwargs) -> np.ndarray:
+    with monkeypatch.context() as m:
+        m.setattr(kernels, "native", None)
+        return ops.adain(*args, **kwargs)
+
+
+def _inputs(rng: np.random.Generator, channels: int, length: int) -> tuple[np.ndarray, ...]:
+    x = (rng.standard_normal((channels, length)) * rng.uniform(0.1, 5, (channels, 1))
+         + rng.uniform(-3, 3, (channels, 1))).astype(np.float32)
+    gb = rng.standard_normal(2 * channels).astype(np.float32)
+    alpha = rng.uniform(0.1, 20, channels).astype(np.float32)
+    return x, gb, alpha
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize(("channels", "length"), [(1, 1), (3, 7), (5, 300), (64, 4099), (256, 1000)])
+def test_adain_kernel_matches_reference(rng, monkeypatch, act, channels, length):
+    """Within float32 rounding of the NumPy reference and of the float64 truth."""
+    x, gb, alpha = _inputs(rng, channels, length)
+    fused = ops.adain(x, gb, act, alpha=alpha)
+    reference = _reference(monkeypatch, x, gb, act, alpha=alpha)
+    truth = ops.adain(x.astype(np.float64), gb.astype(np.float64), act, alpha=alpha.astype(np.float64))
+    assert fused.dtype == np.float32 and fused.shape == x.shape
+    scale = np.abs(truth).max()
+    np.testing.assert_allclose(fused, truth, rtol=0, atol=2e-6 * scale)
+    np.testing.assert_allclose(fused, reference, rtol=0, atol=4e-6 * scale)
+    if length == 1:  # a constant row: normalised to zero, then beta
+        np.testing.assert_allclose(ops.adain(x, gb, None), gb[channels:, None], atol=1e-6)
+
+
+def test_adain_kernel_strided_rows_and_out(rng, monkeypatch):
+    """x a view with strided rows (and a transposed one), the result written into a view of a larger array."""
+    big = rng.standard_normal((12, 520)).astype(np.float32)
+    x = big[::2, 7:507]
+    gb = rng.standard_normal(12).astype(np.float32)
+    alpha = rng.uniform(0.5, 3, 6).astype(np.float32)
+    canvas = np.full((6, 540), 9.0, dtype=np.float32)
+    out = canvas[:, 20:520]
+    assert ops.adain(x, gb, "snake", alpha=alpha, out=out) is out
+    np.testing.assert_allclose(out, _reference(monkeypatch, x, gb, "snake", alpha=alpha), atol=1e-5)
+    assert (canvas[:, :20] == 9).all() and (canvas[:, 520:] == 9).all()
+    xt = np.ascontiguousarray(x.T).T  # unit stride along channels, not time
+    np.testing.assert_array_equal(ops.adain(xt, gb, "snake", alpha=alpha),
+                                  ops.adain(x, gb, "snake", alpha=alpha))
+    with pytest.raises(ValueError, match="does not match"):
+        ops.adain(x, gb, out=np.empty((6, 499), dtype=np.float32))
+
+
+def test_snake_kernel_large_and_special_arguments(monkeypatch):
+    """Snake's sin^2 where the argument is large (beta shifts y to ~5e3, inside the polynomial's range
+    reduction, and ~2e4, past it): off the float64 truth only by y's own float32 rounding (~ulp(y),
+    which moves sin^2 by about as much); NaN and infinity give NaN in their rows, as the reference."""
+    x = np.stack([np.linspace(-1, 1, 4096)] * 3).astype(np.float32)
+    gb = np.array([0.0, 0.0, 0.0, 0.0, 5000.0, 20000.0], dtype=np.float32)
+    alpha = np.ones(3, dtype=np.float32)
+    fused = ops.adain(x, gb, "snake", alpha=alpha)
+    y = ops.adain(x.astype(np.float64), gb.astype(np.float64))
+    truth = y + np.sin(y) ** 2
+    error = np.abs(fused - truth).max(axis=1)
+    assert error[0] < 1e-6 and error[1] < 3e-3 and error[2] < 1e-2, error
+    bad = x[:2].copy()
+    bad[0, 5] = np.nan
+    bad[1, 9] = np.inf
+    with np.errstate(invalid="ignore"):
+        fused = ops.adain(bad, gb[[0, 1, 3, 4]], "snake", alpha=alpha[:2])
+        reference = _reference(monkeypatch, bad, gb[[0, 1, 3, 4]], "snake", alpha=alpha[:2])
+    assert np.isnan(fused).all() and np.isnan(reference).all()
+
+
+def test_adain_kernel_checks_its_arguments():
+    x = np.ones((2, 5), dtype=np.float32)
+    one = np.ones(2, dtype=np.float32)
+    with pytest.raises(ValueError, match="contiguous rows"):
+        kernels.native.adain_rows(np.ones((2, 5, 1), dtype=np.float32), x, one, one, "none")
+    with pytest.raises(ValueError, match="same shape"):
+        kernels.native.adain_rows(x, np.ones((2, 4), dtype=np.float32), one, one, "none")
+    with pytest.raises(ValueError, match="one value per row"):
+        kernels.native.adain_rows(x, np.empty_like(x), np.ones(3, dtype=np.float32), one, "none")
+    with pytest.raises(ValueError, match="needs alpha"):
+        kernels.native.adain_rows(x, np.empty_like(x), one, one, "snake")
+    with pytest.raises(ValueError, match="unknown activation"):
+        kernels.native.adain_rows(x, np.empty_like(x), one, one, "gelu")
+
+
+@pytest.mark.parametrize(("k", "dilation"), [(3, 1), (3, 5), (7, 3), (11, 1)])
+def test_conv_after_adain_matches_composition(rng, k, dilation):
+    """The generator's AdaIN written into its conv's padded input equals the conv of the AdaIN's result."""
+    channels, length = 64, 500
+    w = (rng.standard_normal((channels, channels, k)) / np.sqrt(channels * k)).astype(np.float32)
+    weights = {"c.weight": w, "c.bias": rng.standard_normal(channels).astype(np.float32)}
+    conv = Conv1d(Params(weights, np.float32).sub("c"), dilation=dilation, method=None)
+    x, gb, alpha = _inputs(rng, channels, length)
+    np.testing.assert_array_equal(conv.after_adain(x, gb, alpha),
+                                  conv(ops.adain(x, gb, "snake", alpha=alpha)))
