@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -118,3 +120,21 @@ def test_conv_after_adain_matches_composition(rng, k, dilation):
     x, gb, alpha = _inputs(rng, channels, length)
     np.testing.assert_array_equal(conv.after_adain(x, gb, alpha),
                                   conv(ops.adain(x, gb, "snake", alpha=alpha)))
+
+
+def test_a_source_checkout_uses_the_installed_copys_kernels(tmp_path, monkeypatch):
+    """kokoro_gpu imported from a checkout (no built module in it) loads the kernels of a copy elsewhere
+    on sys.path, so that a server started in the checkout computes what the installed package does."""
+    installed = tmp_path / "site" / "kokoro_gpu"
+    installed.mkdir(parents=True)
+    built = Path(kernels.native.__file__)
+    (installed / built.name).symlink_to(built)
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "elsewhere"), str(tmp_path / "site")])
+    module = kernels._installed_copy()
+    assert module is not None and Path(module.__spec__.origin).parent == installed
+    x, gb, alpha = _inputs(np.random.default_rng(0), 4, 50)
+    out = np.empty_like(x)
+    module.adain_rows(x, out, gb[:4], gb[4:], "snake", alpha=alpha)
+    np.testing.assert_array_equal(out, ops.adain(x, gb, "snake", alpha=alpha))
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "elsewhere")])
+    assert kernels._installed_copy() is None
