@@ -157,7 +157,9 @@ def test_synthesize_batch_spreads_its_chunks_over_the_lanes(demo_model_dir: Path
             results = call.result(30)
         busy.result(10)
     assert backend.batches[:4] == [1, 16, 16, 16]
-    assert max(backend.batches) == 16 and backend.batches[-1] == 1
+    # The shares shrink to single chunks at the queue's tail (the order in which the lanes' threads
+    # record their calls is not the order in which they took them: no assertion on the last one).
+    assert max(backend.batches) == 16 and min(backend.batches[1:]) == 1
     assert sum(backend.batches) == 1 + len(inputs)
     for phonemes, result in zip(inputs, results, strict=True):
         assert len(result.audio) == 10 * (len(phonemes) + 2)
