@@ -228,11 +228,10 @@ class PreparedConv1d:
     def __call__(self, x: np.ndarray | PaddedInput) -> np.ndarray:
         if self.method != "gemm":
             return self._tiled(x)
-        if isinstance(x, PaddedInput):
-            parts = run_parallel([partial(conv1d, x.buffer, w, dilation=self.dilation) for w in self.w_parts])
-        else:
-            parts = run_parallel([partial(conv1d, x, w, pad=self.pad, dilation=self.dilation)
-                                  for w in self.w_parts])
+        # conv1d pads an array itself; a padded input holds its margins already.
+        source, pad = (x.buffer, 0) if isinstance(x, PaddedInput) else (x, self.pad)
+        parts = run_parallel([partial(conv1d, source, w, pad=pad, dilation=self.dilation)
+                              for w in self.w_parts])
         y = parts[0] if len(parts) == 1 else np.concatenate(parts)
         if self.b is not None:
             y += self.b[:, None]
@@ -243,12 +242,11 @@ class PreparedConv1d:
         if c_in != self.c_in:
             raise ValueError(f"conv: x has {c_in} channels, the weights {self.c_in}")
         d, m, c_out = self.dilation, self.m, self.c_out
-        if isinstance(x, PaddedInput):
-            xp = x.buffer
-        else:
-            xp = self.padded_input(t_in)
-            xp.interior[...] = x
-            xp = xp.buffer
+        if not isinstance(x, PaddedInput):
+            padded = self.padded_input(t_in)
+            padded.interior[...] = x
+            x = padded
+        xp = x.buffer
         t_out = conv1d_out_len(t_in, self.k, 1, self.pad, d)
         n_tiles = self._tiles(t_out)
         y = np.empty((c_out, n_tiles * m * d), dtype=self.dtype)
