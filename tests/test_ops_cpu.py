@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import threading
 import time
 
@@ -697,3 +699,40 @@ def test_harmonic_source_random_initial_phase():
     assert np.abs(run(second, 1, 3) - run(second, 1, None)).max() > 1e-3
     np.testing.assert_allclose(run(first, 1, 3), run(first, 1, None), atol=1e-15)
     np.testing.assert_allclose(run(second, 40, 3), run(second, 40, None), atol=1e-15)
+
+
+_THREAD_ALLOCATIONS = """
+import resource, sys, threading
+import numpy as np
+from kokoro_gpu.ops.memory import keep_freed_memory
+took = keep_freed_memory() if sys.argv[1] == "kept" else False
+faults = []
+def work():
+    for _ in range(4):
+        before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        block = np.ones(100 << 18, dtype=np.float32)  # 100 MB, as a long utterance's sequences
+        del block
+        faults.append(resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before)
+thread = threading.Thread(target=work)
+thread.start()
+thread.join()
+print(took, *faults)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc and RUSAGE_THREAD")
+def test_kept_memory_is_reused_by_worker_threads_without_faulting_it_in_again():
+    """A worker thread's large block, freed and allocated again, reuses mapped pages (not fresh ones)."""
+    def faults(mode: str) -> tuple[bool, list[int]]:
+        out = subprocess.run([sys.executable, "-c", _THREAD_ALLOCATIONS, mode], capture_output=True,
+                             text=True, check=True).stdout.split()
+        return out[0] == "True", [int(f) for f in out[1:]]
+
+    took, kept = faults("kept")
+    if not took:
+        pytest.skip("not glibc: malloc's parameters cannot be set")
+    _, default = faults("default")
+    assert kept[0] > 0 and default[0] > 0  # the first block is faulted in either way
+    # glibc's default maps a worker's 100 MB block afresh each time; kept, it comes back mapped.
+    assert sum(default[1:]) >= 2 * default[0]
+    assert sum(kept[1:]) <= kept[0] // 10

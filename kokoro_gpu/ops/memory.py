@@ -7,8 +7,15 @@ kernel faults in and zeroes on first touch, and returns them on free: on a
 long utterance that page-fault work is about a fifth of the CPU time.
 Raising the mmap threshold and the trim threshold keeps freed blocks in the
 heap, so the next array of the same size reuses memory that is already
-mapped. The cost: the process keeps its peak heap instead of shrinking after
-a long utterance. Process-wide; a no-op where the C library is not glibc.
+mapped. One arena for every thread: a worker thread's arena grows in heaps of
+at most 64 MB that glibc unmaps as soon as they are empty, whatever the
+thresholds, so the branches' sequences (tens of MB each) were mapped and
+faulted in again on every pass (~30k faults on a long utterance, 0.2 - 3 s of
+system time on a virtual machine). Large NumPy blocks make few calls to
+malloc, so the threads do not contend for the one arena. The cost: the process
+keeps its peak heap instead of shrinking after a long utterance. Process-wide,
+for threads that allocate for the first time after the call; a no-op where
+the C library is not glibc.
 """
 
 from __future__ import annotations
@@ -21,13 +28,14 @@ import sys
 # mallopt parameters (glibc's malloc.h).
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
 # Blocks up to this size come from the heap; free heap above it is returned to the system.
 _KEEP_BYTES = 1 << 30
 
 
 @functools.cache
 def keep_freed_memory() -> bool:
-    """Make glibc keep freed blocks (up to 1 GiB) for reuse; True where it took effect."""
+    """Make glibc keep freed blocks (up to 1 GiB) for reuse, in one arena; True where it took effect."""
     if not sys.platform.startswith("linux"):
         return False
     name = ctypes.util.find_library("c")
@@ -38,4 +46,5 @@ def keep_freed_memory() -> bool:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, _KEEP_BYTES)) and bool(mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES))
+    return all([mallopt(_M_MMAP_THRESHOLD, _KEEP_BYTES), mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES),
+                mallopt(_M_ARENA_MAX, 1)])
