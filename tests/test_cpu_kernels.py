@@ -138,3 +138,58 @@ def test_a_source_checkout_uses_the_installed_copys_kernels(tmp_path, monkeypatc
     np.testing.assert_array_equal(out, ops.adain(x, gb, "snake", alpha=alpha))
     monkeypatch.setattr(sys, "path", [str(tmp_path / "elsewhere")])
     assert kernels._installed_copy() is None
+
+
+# -------------------------------------------------------------------- LSTM
+
+
+def _lstm_weights(rng: np.random.Generator, inputs: int, hidden: int, scale: float) -> tuple[np.ndarray, ...]:
+    w_ih = (rng.standard_normal((2, 4 * hidden, inputs)) * scale / np.sqrt(inputs)).astype(np.float32)
+    w_hh = (rng.standard_normal((2, 4 * hidden, hidden)) * scale / np.sqrt(hidden)).astype(np.float32)
+    b = (rng.standard_normal((2, 4 * hidden)) * scale).astype(np.float32)
+    return w_ih, w_hh, b
+
+
+@pytest.mark.parametrize(("steps", "inputs", "hidden", "scale"), [
+    (1, 3, 2, 1.0), (9, 5, 7, 1.0), (40, 16, 24, 3.0), (200, 64, 128, 1.0), (60, 32, 16, 30.0)])
+def test_lstm_kernel_matches_reference(rng, monkeypatch, steps, inputs, hidden, scale):
+    """Within float32 rounding of the NumPy loop and of its float64 run; hidden sizes off the kernel's
+    64-gate blocks and saturated gates (scale 30) included."""
+    x = rng.standard_normal((steps, inputs)).astype(np.float32)
+    weights = _lstm_weights(rng, inputs, hidden, scale)
+    fused = ops.lstm_bidirectional(x, *weights)
+    with monkeypatch.context() as m:
+        m.setattr(kernels, "native", None)
+        reference = ops.lstm_bidirectional(x, *weights)
+    truth = ops.lstm_bidirectional(x.astype(np.float64), *(w.astype(np.float64) for w in weights))
+    assert fused.dtype == np.float32 and fused.shape == (steps, 2 * hidden)
+    # As close to the float64 run as the float32 reference is (large weights amplify the inputs'
+    # rounding step by step in both), and within a few float32 ulps of it where they do not.
+    error, reference_error = np.abs(fused - truth).max(), np.abs(reference - truth).max()
+    assert error <= 2 * reference_error + 1e-6, (error, reference_error)
+    if scale <= 3:
+        assert error <= 2e-6
+    # Each direction on its own: the forward one's first step and the reverse one's last step see
+    # only their first input.
+    one = ops.lstm_bidirectional(x[:1], *weights)
+    np.testing.assert_allclose(fused[0, :hidden], one[0, :hidden], rtol=0, atol=1e-6)
+
+
+def test_lstm_kernel_activations_against_float64(monkeypatch):
+    """exp, the logistic function and tanh of the kernel over their whole float32 range, through a
+    one-unit LSTM whose gates are set by the input alone: h = o tanh(i g) with f unused at step one."""
+    tiny = np.geomspace(1e-8, 1, 200)
+    v = np.concatenate([np.linspace(-100, 100, 20001), tiny, -tiny,
+                        [0.0, 0.624, 0.625, 0.626, -0.625, 87.0, -87.0, 89.0, -89.0]])
+    x = v.astype(np.float32)[:, None]
+    w_ih = np.zeros((2, 4, 1), np.float32)
+    w_ih[:, 0] = w_ih[:, 2] = w_ih[:, 3] = 1.0  # i, g, o = v; f = 0
+    w_hh = np.zeros((2, 4, 1), np.float32)
+    b = np.zeros((2, 4), np.float32)
+    h = np.empty(len(x), np.float32)
+    for k in range(len(x)):  # one step each (a fresh state)
+        h[k] = ops.lstm_bidirectional(x[k : k + 1], w_ih, w_hh, b)[0, 0]
+    xd = x[:, 0].astype(np.float64)
+    sig = 1 / (1 + np.exp(-xd))
+    want = sig * np.tanh(sig * np.tanh(xd))
+    np.testing.assert_allclose(h, want, rtol=4e-7, atol=1e-30)

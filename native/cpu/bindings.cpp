@@ -11,6 +11,7 @@
 #include <string>
 
 #include "adain.h"
+#include "lstm.h"
 
 namespace py = pybind11;
 
@@ -68,6 +69,34 @@ void adain_rows(py::buffer x, py::buffer out, const FloatArray& gamma, const Flo
     kokoro::cpu::adain_rows(spec);
 }
 
+// A C-contiguous 2-D float32 array of `cols` columns (its rows, unchecked: the caller's).
+const py::buffer_info& contiguous_rows(const py::buffer_info& info, int64_t cols, const char* name) {
+    if (row_stride(info, name) != cols || info.shape[1] != cols)
+        throw std::invalid_argument(std::string(name) + " must be C-contiguous with " +
+                                    std::to_string(cols) + " columns");
+    return info;
+}
+
+void lstm_recurrence(py::buffer gates_in, py::buffer w_hh_t, py::buffer out, bool reverse) {
+    const py::buffer_info gi = gates_in.request(), wi = w_hh_t.request(), oi = out.request(true);
+    if (wi.ndim != 2 || wi.shape[1] != 4 * wi.shape[0])
+        throw std::invalid_argument("w_hh_t must be [H, 4H]");
+    kokoro::cpu::LstmRecurrence spec;
+    spec.hidden = wi.shape[0];
+    contiguous_rows(wi, 4 * spec.hidden, "w_hh_t");
+    contiguous_rows(gi, 4 * spec.hidden, "gates_in");
+    spec.out_stride = row_stride(oi, "out");
+    if (oi.shape[0] != gi.shape[0] || oi.shape[1] != spec.hidden)
+        throw std::invalid_argument("out must be [steps, H]");
+    spec.gates_in = static_cast<const float*>(gi.ptr);
+    spec.w_hh_t = static_cast<const float*>(wi.ptr);
+    spec.out = static_cast<float*>(oi.ptr);
+    spec.steps = gi.shape[0];
+    spec.reverse = reverse;
+    py::gil_scoped_release release;
+    kokoro::cpu::lstm_recurrence(spec);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_cpu, m) {
@@ -77,4 +106,9 @@ PYBIND11_MODULE(_cpu, m) {
           py::arg("eps") = 1e-5f,
           "AdaIN1d and its activation ('none', 'leaky_relu', 'snake') on the rows of x [C, T] "
           "into out [C, T] (either may be a view with strided rows): kokoro_gpu.ops.norm.adain.");
+    m.def("lstm_recurrence", &lstm_recurrence, py::arg("gates_in"), py::arg("w_hh_t"), py::arg("out"),
+          py::arg("reverse") = false,
+          "One LSTM direction's recurrence: gates_in [T, 4H] (x W_ih^T + b per time step), "
+          "w_hh_t [H, 4H] -> h per time step into out [T, H] (a view with strided rows allowed), "
+          "from the last step back with reverse; kokoro_gpu.ops.lstm.lstm_bidirectional.");
 }
