@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from ..config import ModelConfig
+from ..ops.parallel import spawn
 from .blocks import AdainResBlk1d, Conv1d, FloatType, Params, Weights, record
 from .generator import Generator
 
@@ -36,6 +39,10 @@ class Decoder:
         rng: np.random.Generator | None = None,
         trace: dict[str, np.ndarray] | None = None,
     ) -> np.ndarray:
+        # The generator's excitation depends only on F0 (and the random state, which nothing else
+        # here draws from): it is made on a worker beside the decoder's stack, whose GEMMs leave
+        # cores idle between them, instead of single-threaded between the two.
+        har = spawn(partial(self.generator.excitation, f0, rng, trace))
         f0_down = self.f0_conv(f0[None, :])
         n_down = self.n_conv(n[None, :])
         x = self.encode(np.concatenate([asr, f0_down, n_down]), s)
@@ -43,4 +50,4 @@ class Decoder:
         for block in self.decode:
             x = block(np.concatenate([x, asr_res, f0_down, n_down]), s)
         record(trace, "dec_out", x)
-        return self.generator(x, s, f0, rng=rng, trace=trace)
+        return self.generator(x, s, har, trace=trace)

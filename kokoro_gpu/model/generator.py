@@ -66,7 +66,7 @@ class _Stage:
 
 
 class Generator:
-    """``decoder.generator.*``: x [C, 2F] + style + F0 [2F] -> audio [600 F]."""
+    """``decoder.generator.*``: x [C, 2F] + style + the excitation made from F0 [2F] -> audio [600 F]."""
 
     def __init__(self, config: ModelConfig, weights: Weights, dtype: FloatType, fast: bool = False) -> None:
         p = Params(weights, dtype, "decoder.generator", fast)
@@ -80,18 +80,29 @@ class Generator:
         self.stages = [_Stage(p, i, config, last=i == n_up - 1) for i in range(n_up)]
         self.conv_post = Conv1d(p.sub("conv_post"))
 
-    def __call__(
+    def excitation(
         self,
-        x: np.ndarray,
-        s: np.ndarray,
         f0: np.ndarray,
         rng: np.random.Generator | None = None,
         trace: dict[str, np.ndarray] | None = None,
     ) -> np.ndarray:
+        """F0 [2F] -> the harmonic source's STFT (magnitudes then phases) [n_fft + 2, frames]."""
         har_source = harmonic_source(f0, self.upp, self.lin_w, self.lin_b, rng=rng, sample_rate=SAMPLE_RATE)
         record(trace, "har_source", har_source)
         har = stft_mag_phase(har_source, self.n_fft, self.hop)
         record(trace, "har", har)
+        return har
+
+    def __call__(
+        self,
+        x: np.ndarray,
+        s: np.ndarray,
+        har: np.ndarray | Future[np.ndarray],
+        trace: dict[str, np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """x [C, 2F], style, the excitation (``excitation(f0)``, or its future) -> audio [600 F]."""
+        if isinstance(har, Future):
+            har = har.result()
         # The source branches depend only on the harmonics: they start at once, beside the stages.
         sources = [spawn(partial(stage.source, har, s)) for stage in reversed(self.stages)][::-1]
         for stage, x_source in zip(self.stages, sources, strict=True):
