@@ -148,8 +148,9 @@ class CPUBackend(Backend):
         if why_not is not None:
             logger.info("kokoro_gpu: the CPU backend's fast precision cannot run (%s); running fp32", why_not)
         self.precision = "fast" if precision == "fast" and why_not is None else "fp32"
-        self._model = KModelCPU(config, weights, dtype=np.float32, fast=self.precision == "fast")
+        # Before the model: preparing it starts the worker threads, whose arenas are chosen then.
         keep_freed_memory()  # the forward pass's large temporaries reuse mapped memory
+        self._model = KModelCPU(config, weights, dtype=np.float32, fast=self.precision == "fast")
 
     def forward(
         self,
