@@ -148,7 +148,7 @@ class CPUBackend(Backend):
         if why_not is not None:
             logger.info("kokoro_gpu: the CPU backend's fast precision cannot run (%s); running fp32", why_not)
         self.precision = "fast" if precision == "fast" and why_not is None else "fp32"
-        # Before the model: preparing it starts the worker threads, whose arenas are chosen then.
+        # First, so that every allocation after it (the prepared weights too) follows the settings.
         keep_freed_memory()  # the forward pass's large temporaries reuse mapped memory
         self._model = KModelCPU(config, weights, dtype=np.float32, fast=self.precision == "fast")
 

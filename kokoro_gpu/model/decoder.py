@@ -50,4 +50,4 @@ class Decoder:
         for block in self.decode:
             x = block(np.concatenate([x, asr_res, f0_down, n_down]), s)
         record(trace, "dec_out", x)
-        return self.generator(x, s, har, trace=trace)
+        return self.generator(x, s, har.result(), trace=trace)

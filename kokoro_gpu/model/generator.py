@@ -97,12 +97,10 @@ class Generator:
         self,
         x: np.ndarray,
         s: np.ndarray,
-        har: np.ndarray | Future[np.ndarray],
+        har: np.ndarray,
         trace: dict[str, np.ndarray] | None = None,
     ) -> np.ndarray:
-        """x [C, 2F], style, the excitation (``excitation(f0)``, or its future) -> audio [600 F]."""
-        if isinstance(har, Future):
-            har = har.result()
+        """x [C, 2F], style, the excitation (``excitation(f0)``) -> audio [600 F]."""
         # The source branches depend only on the harmonics: they start at once, beside the stages.
         sources = [spawn(partial(stage.source, har, s)) for stage in reversed(self.stages)][::-1]
         for stage, x_source in zip(self.stages, sources, strict=True):

@@ -69,12 +69,11 @@ void adain_rows(py::buffer x, py::buffer out, const FloatArray& gamma, const Flo
     kokoro::cpu::adain_rows(spec);
 }
 
-// A C-contiguous 2-D float32 array of `cols` columns (its rows, unchecked: the caller's).
-const py::buffer_info& contiguous_rows(const py::buffer_info& info, int64_t cols, const char* name) {
+// Throws unless info is a C-contiguous 2-D float32 array of `cols` columns.
+void require_contiguous_rows(const py::buffer_info& info, int64_t cols, const char* name) {
     if (row_stride(info, name) != cols || info.shape[1] != cols)
         throw std::invalid_argument(std::string(name) + " must be C-contiguous with " +
                                     std::to_string(cols) + " columns");
-    return info;
 }
 
 void lstm_recurrence(py::buffer gates_in, py::buffer w_hh_t, py::buffer out, bool reverse) {
@@ -83,8 +82,8 @@ void lstm_recurrence(py::buffer gates_in, py::buffer w_hh_t, py::buffer out, boo
         throw std::invalid_argument("w_hh_t must be [H, 4H]");
     kokoro::cpu::LstmRecurrence spec;
     spec.hidden = wi.shape[0];
-    contiguous_rows(wi, 4 * spec.hidden, "w_hh_t");
-    contiguous_rows(gi, 4 * spec.hidden, "gates_in");
+    require_contiguous_rows(wi, 4 * spec.hidden, "w_hh_t");
+    require_contiguous_rows(gi, 4 * spec.hidden, "gates_in");
     spec.out_stride = row_stride(oi, "out");
     if (oi.shape[0] != gi.shape[0] || oi.shape[1] != spec.hidden)
         throw std::invalid_argument("out must be [steps, H]");
