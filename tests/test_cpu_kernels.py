@@ -11,7 +11,7 @@ import pytest
 
 from kokoro_gpu import ops
 from kokoro_gpu.model.blocks import Conv1d, Params
-from kokoro_gpu.ops import kernels
+from kokoro_gpu.ops import fast_conv, kernels
 
 if kernels.native is None:
     if os.environ.get("CI"):  # the CI's install has a C++ compiler: the kernels must be there
@@ -193,3 +193,134 @@ def test_lstm_kernel_activations_against_float64(monkeypatch):
     sig = 1 / (1 + np.exp(-xd))
     want = sig * np.tanh(sig * np.tanh(xd))
     np.testing.assert_allclose(h, want, rtol=4e-7, atol=1e-30)
+
+
+# ------------------------------------------------------- fast conv transforms
+
+TRANSFORMS = [("winograd", 3), ("dft", 7), ("dft", 11)]
+
+
+def _prepared(rng: np.random.Generator, method: str, k: int, c_in: int, c_out: int, dilation: int,
+              bias: bool) -> tuple[fast_conv.PreparedConv1d, np.ndarray, np.ndarray | None]:
+    """A float32 conv of random weights (scaled to unit gain) with its weights and bias."""
+    w = (rng.standard_normal((c_out, c_in, k)) / np.sqrt(c_in * k)).astype(np.float32)
+    b = rng.standard_normal(c_out).astype(np.float32) if bias else None
+    return fast_conv.PreparedConv1d(w, b, pad=dilation * (k - 1) // 2, dilation=dilation, method=method), w, b
+
+
+@pytest.mark.parametrize(("method", "k"), TRANSFORMS)
+@pytest.mark.parametrize("dilation", [1, 3, 5])
+@pytest.mark.parametrize(("tiles", "bias"), [(1, True), (13, False), (37, True), (200, True)])
+def test_inverse_tiles_kernel_matches_reference(rng, monkeypatch, method, k, dilation, tiles, bias):
+    """Fold, A^T, bias and the store in time order (the dilation's interleave) into a chunk's columns of
+    a larger output: within float32 rounding of the NumPy reference and of the float64 truth (a sum of
+    32 products at most: 2e-6 of the largest output); nothing written outside the chunk's columns (the
+    kernel stores a tile's outputs as whole vectors that overlap the next tile's)."""
+    conv = _prepared(rng, method, k, 8, 6, dilation, bias)[0]
+    points, m = conv.point_w.shape[0], conv.m
+    products = rng.standard_normal((points, 6, dilation * tiles)).astype(np.float32)
+    canvas = np.full((6, (tiles + 4) * m * dilation), 7.0, dtype=np.float32)
+    first = 3 * m * dilation
+    chunk = canvas[:, first : first + tiles * m * dilation]
+    fast_conv.inverse_tiles(products.copy(), conv.pairs, conv.inverse_t, conv.b, chunk, dilation)
+    with monkeypatch.context() as mp:
+        mp.setattr(kernels, "native", None)
+        reference = np.empty_like(chunk)
+        fast_conv.inverse_tiles(products.copy(), conv.pairs, conv.inverse_t, conv.b, reference, dilation)
+        truth = np.empty(chunk.shape)
+        fast_conv.inverse_tiles(products.astype(np.float64), conv.pairs, conv.inverse_t.astype(np.float64),
+                                None if conv.b is None else conv.b.astype(np.float64), truth, dilation)
+    scale = np.abs(truth).max()
+    np.testing.assert_allclose(chunk, truth, rtol=0, atol=2e-6 * scale)
+    np.testing.assert_allclose(chunk, reference, rtol=0, atol=4e-6 * scale)
+    assert (canvas[:, :first] == 7).all() and (canvas[:, first + chunk.shape[1] :] == 7).all()
+
+
+@pytest.mark.parametrize(("method", "k"), TRANSFORMS)
+@pytest.mark.parametrize("dilation", [1, 3, 5])
+@pytest.mark.parametrize("tiles", [1, 13, 37, 200])
+def test_forward_tiles_kernel_matches_reference(rng, monkeypatch, method, k, dilation, tiles):
+    """B^T of the tiles and the Gauss sums, from a view with strided rows that ends where the last tile
+    does: within float32 rounding (a sum of 32 products at most: 2e-6 of the largest point); NaN past
+    the view's end reaches no point."""
+    conv = _prepared(rng, method, k, 5, 4, dilation, False)[0]
+    points, m, n = conv.point_w.shape[0], conv.m, conv.n
+    length = dilation * ((tiles - 1) * m + n)
+    canvas = np.full((5, length + 40), np.nan, dtype=np.float32)
+    canvas[:, 9 : 9 + length] = rng.standard_normal((5, length))
+    x = canvas[:, 9 : 9 + length]
+    fused = np.full((points, 5, dilation * tiles), np.nan, dtype=np.float32)
+    fast_conv.forward_tiles(x, conv.forward_t, conv.pairs, fused, m, dilation)
+    with monkeypatch.context() as mp:
+        mp.setattr(kernels, "native", None)
+        reference = np.empty_like(fused)
+        fast_conv.forward_tiles(x, conv.forward_t, conv.pairs, reference, m, dilation)
+        truth = np.empty(fused.shape)
+        fast_conv.forward_tiles(x.astype(np.float64), conv.forward_t.astype(np.float64), conv.pairs, truth, m,
+                                dilation)
+    scale = np.abs(truth).max()
+    np.testing.assert_allclose(fused, truth, rtol=0, atol=2e-6 * scale)
+    np.testing.assert_allclose(fused, reference, rtol=0, atol=4e-6 * scale)
+
+
+@pytest.mark.parametrize(("method", "k"), TRANSFORMS)
+@pytest.mark.parametrize("dilation", [1, 3, 5])
+@pytest.mark.parametrize(("chunk_columns", "workers"), [(None, 1), (300, 2)])
+def test_prepared_conv1d_with_kernels_matches_definition(rng, monkeypatch, method, k, dilation,
+                                                         chunk_columns, workers):
+    """The whole conv with both kernels against ops.conv1d in float64 (the definition) and against its
+    NumPy path: within float32 rounding (relative error norm 5e-6, as the NumPy path's own test); an
+    odd tile count, chunks ending mid-range, a last partial chunk, two threads writing side by side."""
+    monkeypatch.setattr(fast_conv, "worker_count", lambda: workers)
+    if chunk_columns:
+        monkeypatch.setattr(fast_conv, "_CHUNK_COLUMNS", chunk_columns)
+    for bias in (False, True):
+        conv, w, b = _prepared(rng, method, k, 16, 12, dilation, bias)
+        x = rng.standard_normal((16, 1733)).astype(np.float32)
+        fused = conv(x)
+        with monkeypatch.context() as mp:
+            mp.setattr(kernels, "native", None)
+            reference = conv(x)
+        b64 = None if b is None else b.astype(np.float64)
+        truth = ops.conv1d(x.astype(np.float64), w.astype(np.float64), b64, pad=conv.pad, dilation=dilation)
+        assert fused.shape == truth.shape and fused.dtype == np.float32
+        assert np.linalg.norm(fused - truth) / np.linalg.norm(truth) < 5e-6
+        np.testing.assert_allclose(fused, reference, rtol=0, atol=1e-5 * np.abs(truth).max())
+
+
+def test_conv_transform_kernels_check_their_arguments():
+    native = kernels.native
+    products = np.zeros((47, 4, 30), dtype=np.float32)
+    inverse_t = np.zeros((32, 22), dtype=np.float32)
+    y = np.zeros((4, 10 * 22 * 3), dtype=np.float32)
+    native.conv_inverse_tiles(products, inverse_t, None, y, 15, 3)
+    with pytest.raises(ValueError, match="C-contiguous 3-D float32"):
+        native.conv_inverse_tiles(products.astype(np.float64), inverse_t, None, y, 15, 3)
+    with pytest.raises(ValueError, match="C-contiguous 3-D float32"):
+        native.conv_inverse_tiles(products[:, :, ::2], inverse_t, None, y[:, :330], 15, 3)
+    with pytest.raises(ValueError, match="inverse_t"):
+        native.conv_inverse_tiles(products, inverse_t[:31], None, y, 15, 3)
+    with pytest.raises(ValueError, match="inverse_t"):
+        native.conv_inverse_tiles(products, np.zeros((32, 40), np.float32), None,
+                                  np.zeros((4, 10 * 40 * 3), np.float32), 15, 3)
+    with pytest.raises(ValueError, match="multiple of the dilation"):
+        native.conv_inverse_tiles(products, inverse_t, None, y, 15, 4)
+    with pytest.raises(ValueError, match="pairs"):
+        native.conv_inverse_tiles(products, inverse_t, None, y, 16, 3)
+    with pytest.raises(ValueError, match="y must be"):
+        native.conv_inverse_tiles(products, inverse_t, None, y[:, :-1], 15, 3)
+    with pytest.raises(ValueError, match="one value per row"):
+        native.conv_inverse_tiles(products, inverse_t, np.zeros(3, np.float32), y, 15, 3)
+    x = np.zeros((4, 3 * (9 * 22 + 32)), dtype=np.float32)
+    forward_t = np.zeros((32, 32), dtype=np.float32)
+    native.conv_forward_tiles(x, forward_t, products, 15, 22, 3)
+    with pytest.raises(ValueError, match="x must be"):
+        native.conv_forward_tiles(x[:, :-1], forward_t, products, 15, 22, 3)
+    with pytest.raises(ValueError, match="forward_t"):
+        native.conv_forward_tiles(x, np.zeros((24, 24), np.float32), products, 15, 22, 3)
+    with pytest.raises(ValueError, match="points must"):
+        native.conv_forward_tiles(x, forward_t, products[:, :, ::2], 15, 22, 3)
+    with pytest.raises(ValueError, match="n \\+ pairs rows"):
+        native.conv_forward_tiles(x, forward_t, products, 14, 22, 3)
+    with pytest.raises(ValueError, match="m must be"):
+        native.conv_forward_tiles(x, forward_t, products, 15, 33, 3)

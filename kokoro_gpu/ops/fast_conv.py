@@ -21,12 +21,17 @@ computes the same function (stride 1, any dilation and padding) by one of:
     combination are elementwise steps on the points (``expand_points``,
     ``fold_products``), cheaper than the GEMM rows they replace.
 
-Both transforms run as GEMMs on contiguous data: the tiles are copied out as
-rows [Cin tiles, n] (an overlapping strided view, read in runs of n samples),
-``B^T`` multiplies them transposed, so the points come out as [P, Cin tiles]
-ready for the per-point GEMMs, and ``A^T`` multiplies the products transposed,
-so the outputs come out as [Cout tiles, m], already in time order. No step
-transposes data in memory, which is what costs most on long sequences.
+In NumPy (:func:`forward_tiles`, :func:`inverse_tiles`: the readable
+references) both transforms run as GEMMs on contiguous data: the tiles are
+copied out as rows [Cin tiles, n] (an overlapping strided view, read in runs
+of n samples), ``B^T`` multiplies them transposed, so the points come out as
+[P, Cin tiles] ready for the per-point GEMMs, and ``A^T`` multiplies the
+products transposed, so the outputs come out as [Cout tiles, m], already in
+time order. No step transposes data in memory, which is what costs most on
+long sequences. In float32 with the CPU kernels built (:mod:`.kernels`), each
+transform with its elementwise step, the bias and the dilation's interleave
+is one pass of native/cpu/conv_transform.cpp instead, which writes neither
+the tiles nor the outputs [Cout tiles, m] as arrays.
 
 An input can also be written straight into the conv's padded buffer
 (:meth:`PreparedConv1d.padded_input`: the AdaIN before each of the
@@ -50,6 +55,7 @@ from typing import Literal
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from . import kernels
 from .conv import conv1d, conv1d_out_len
 from .parallel import run_parallel, worker_count
 
@@ -158,6 +164,57 @@ def fold_products(products: np.ndarray, pairs: int) -> np.ndarray:
     return products[: lead + 2 * pairs]
 
 
+def forward_tiles(xp: np.ndarray, forward_t: np.ndarray, pairs: int, x_points: np.ndarray, m: int,
+                  dilation: int) -> None:
+    """``x_points`` [P, Cin, d nt] = B^T of the tiles of ``xp`` [Cin, ...] (from a chunk's first sample).
+
+    Phase r's tile u, column r nt + u of the points, reads inputs
+    ``xp[:, r + d (u m + j)]`` for j < n; the last ``pairs`` rows are the Gauss
+    sums (:func:`expand_points`). In float32 with the CPU kernels built (n 8,
+    16 or 32), one pass of native/cpu/conv_transform.cpp, which sums in
+    another order than the GEMM: equal to float32 rounding.
+    """
+    c_in, n, d = xp.shape[0], forward_t.shape[1], dilation
+    nt = x_points.shape[2] // d
+    native = kernels.native
+    if native is not None and x_points.dtype == np.float32 and n in (8, 16, 32):
+        native.conv_forward_tiles(xp, forward_t, x_points, pairs, m, d)
+        return
+    es = xp.itemsize
+    # tiles[i, r, u, j] = xp[i, r + d (u m + j)]: tile input j of phase r, tile u.
+    tiles = as_strided(xp, shape=(c_in, d, nt, n), strides=(xp.strides[0], es, m * d * es, d * es),
+                       writeable=False)
+    rows = x_points.reshape(len(x_points), c_in * d * nt)
+    np.matmul(forward_t, tiles.reshape(c_in * d * nt, n).T, out=rows[:n])
+    expand_points(rows, pairs)
+
+
+def inverse_tiles(products: np.ndarray, pairs: int, inverse_t: np.ndarray, b: np.ndarray | None,
+                  dst: np.ndarray, dilation: int) -> None:
+    """``dst`` [Cout, nt m d] = A^T of the folded ``products`` [P, Cout, d nt] plus ``b``, in time order.
+
+    Phase r's tile u is column r nt + u of the products; its sample j is output
+    r + d (u m + j). ``products`` is scratch (NumPy folds the Gauss blocks in
+    place). In float32 with the CPU kernels built (m up to 32), one pass of
+    native/cpu/conv_transform.cpp, which sums in another order than the GEMM:
+    equal to float32 rounding.
+    """
+    c_out, m, d = products.shape[1], inverse_t.shape[1], dilation
+    nt = products.shape[2] // d
+    native = kernels.native
+    if native is not None and products.dtype == np.float32 and m <= native.conv_max_tile_outputs:
+        native.conv_inverse_tiles(products, inverse_t, b, dst, pairs, d)
+        return
+    folded = fold_products(products, pairs)
+    out = folded.reshape(len(folded), c_out * d * nt).T @ inverse_t  # [Cout d nt, m]
+    if b is not None:
+        out.reshape(c_out, -1)[...] += b[:, None]
+    if d == 1:
+        dst[...] = out.reshape(c_out, nt * m)
+    else:  # phase r's sample j of tile u is output r + d (u m + j)
+        dst.reshape(c_out, nt, m, d)[...] = out.reshape(c_out, d, nt, m).transpose(0, 2, 3, 1)
+
+
 def choose_method(k: int, c_in: int, c_out: int) -> Method:
     """The method with the fewest operations for this shape (measured on AVX2/AVX-512 CPUs)."""
     if k == 3 and min(c_in, c_out) >= 64:
@@ -258,25 +315,12 @@ class PreparedConv1d:
 
     def _tile_range(self, xp: np.ndarray, y: np.ndarray, first: int, last: int) -> None:
         """Tiles ``first`` .. ``last`` - 1 of padded input xp into their columns of y, chunk by chunk."""
-        d, m, n, c_in, c_out = self.dilation, self.m, self.n, self.c_in, self.c_out
+        d, m, c_in = self.dilation, self.m, self.c_in
         points = self.point_w.shape[0]
-        es = xp.itemsize
         step = max(1, _CHUNK_COLUMNS // (m * d))
         for s in range(first, last, step):
             nt = min(step, last - s)
-            # tiles[i, r, u, j] = xp[i, r + d ((s + u) m + j)]: tile input j of phase r, tile s + u.
-            tiles = as_strided(xp[:, s * m * d :], shape=(c_in, d, nt, n),
-                               strides=(xp.strides[0], es, m * d * es, d * es), writeable=False)
-            x_points = np.empty((points, c_in * d * nt), dtype=self.dtype)
-            np.matmul(self.forward_t, tiles.reshape(c_in * d * nt, n).T, out=x_points[: len(self.forward_t)])
-            expand_points(x_points, self.pairs)
-            products = self.point_w @ x_points.reshape(points, c_in, d * nt)  # [P, Cout, d nt]
-            folded = fold_products(products, self.pairs)
-            out = folded.reshape(len(folded), c_out * d * nt).T @ self.inverse_t  # [Cout d nt, m]
-            if self.b is not None:
-                out.reshape(c_out, -1)[...] += self.b[:, None]
-            dst = y[:, s * m * d : (s + nt) * m * d]
-            if d == 1:
-                dst[...] = out.reshape(c_out, nt * m)
-            else:  # phase r's sample j of tile u is output r + d (u m + j)
-                dst.reshape(c_out, nt, m, d)[...] = out.reshape(c_out, d, nt, m).transpose(0, 2, 3, 1)
+            x_points = np.empty((points, c_in, d * nt), dtype=self.dtype)
+            forward_tiles(xp[:, s * m * d :], self.forward_t, self.pairs, x_points, m, d)
+            products = self.point_w @ x_points  # [P, Cout, d nt]
+            inverse_tiles(products, self.pairs, self.inverse_t, self.b, y[:, s * m * d : (s + nt) * m * d], d)

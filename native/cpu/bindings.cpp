@@ -11,6 +11,7 @@
 #include <string>
 
 #include "adain.h"
+#include "conv_transform.h"
 #include "lstm.h"
 
 namespace py = pybind11;
@@ -96,6 +97,73 @@ void lstm_recurrence(py::buffer gates_in, py::buffer w_hh_t, py::buffer out, boo
     kokoro::cpu::lstm_recurrence(spec);
 }
 
+void conv_inverse_tiles(const py::array& products, py::buffer inverse_t,
+                        const std::optional<FloatArray>& bias, py::buffer y, int64_t pairs, int64_t dilation) {
+    if (!py::isinstance<py::array_t<float>>(products) || products.ndim() != 3 ||
+        !(products.flags() & py::array::c_style))
+        throw std::invalid_argument("products must be a C-contiguous 3-D float32 array");
+    const py::buffer_info pi = products.request(), ai = inverse_t.request(), yi = y.request(true);
+    kokoro::cpu::InverseTiles spec;
+    spec.points = pi.shape[0];
+    spec.channels = pi.shape[1];
+    spec.pairs = pairs;
+    spec.phases = dilation;
+    if (pairs < 0 || 3 * pairs > spec.points)
+        throw std::invalid_argument("pairs must be between 0 and a third of the points");
+    if (dilation < 1 || pi.shape[2] % dilation != 0)
+        throw std::invalid_argument("the products' columns must be a multiple of the dilation");
+    spec.tiles = pi.shape[2] / dilation;
+    if (ai.ndim != 2 || ai.shape[0] != spec.points - pairs || ai.shape[1] < 1 ||
+        ai.shape[1] > kokoro::cpu::kMaxTileOutputs)
+        throw std::invalid_argument("inverse_t must be [points - pairs, m] with 1 <= m <= " +
+                                    std::to_string(kokoro::cpu::kMaxTileOutputs));
+    spec.m = ai.shape[1];
+    require_contiguous_rows(ai, spec.m, "inverse_t");
+    spec.y_stride = row_stride(yi, "y");
+    if (yi.shape[0] != spec.channels || yi.shape[1] != spec.tiles * spec.m * dilation)
+        throw std::invalid_argument("y must be [channels, tiles m dilation]");
+    spec.products = static_cast<const float*>(pi.ptr);
+    spec.inverse_t = static_cast<const float*>(ai.ptr);
+    spec.y = static_cast<float*>(yi.ptr);
+    if (bias) spec.bias = vector_of(*bias, spec.channels, "bias");
+    py::gil_scoped_release release;
+    kokoro::cpu::inverse_tiles(spec);
+}
+
+void conv_forward_tiles(py::buffer x, py::buffer forward_t, py::array& points, int64_t pairs, int64_t m,
+                        int64_t dilation) {
+    const py::buffer_info xi = x.request(), bi = forward_t.request();
+    if (!py::isinstance<py::array_t<float>>(points) || points.ndim() != 3 ||
+        !(points.flags() & py::array::c_style) || !points.writeable())
+        throw std::invalid_argument("points must be a writeable C-contiguous 3-D float32 array");
+    const py::buffer_info pi = points.request(true);
+    kokoro::cpu::ForwardTiles spec;
+    spec.n = bi.ndim == 2 ? bi.shape[1] : 0;
+    if (bi.ndim != 2 || bi.shape[0] != spec.n || (spec.n != 8 && spec.n != 16 && spec.n != 32))
+        throw std::invalid_argument("forward_t must be [n, n] with n 8, 16 or 32");
+    require_contiguous_rows(bi, spec.n, "forward_t");
+    if (pairs < 0 || pi.shape[0] != spec.n + pairs || 2 * pairs > spec.n)
+        throw std::invalid_argument("points must have n + pairs rows, pairs at most n / 2");
+    if (m < 1 || m > spec.n) throw std::invalid_argument("m must be between 1 and n");
+    if (dilation < 1 || pi.shape[2] % dilation != 0)
+        throw std::invalid_argument("the points' columns must be a multiple of the dilation");
+    spec.x_stride = row_stride(xi, "x");
+    spec.channels = pi.shape[1];
+    spec.tiles = pi.shape[2] / dilation;
+    if (xi.shape[0] != spec.channels ||
+        (spec.tiles > 0 && xi.shape[1] < dilation * ((spec.tiles - 1) * m + spec.n)))
+        throw std::invalid_argument("x must be [channels, >= dilation ((tiles - 1) m + n)]");
+    spec.x = static_cast<const float*>(xi.ptr);
+    spec.forward_t = static_cast<const float*>(bi.ptr);
+    spec.points = static_cast<float*>(pi.ptr);
+    spec.pairs = pairs;
+    spec.phases = dilation;
+    spec.m = m;
+    if (spec.tiles == 0) return;
+    py::gil_scoped_release release;
+    kokoro::cpu::forward_tiles(spec);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_cpu, m) {
@@ -110,4 +178,17 @@ PYBIND11_MODULE(_cpu, m) {
           "One LSTM direction's recurrence: gates_in [T, 4H] (x W_ih^T + b per time step), "
           "w_hh_t [H, 4H] -> h per time step into out [T, H] (a view with strided rows allowed), "
           "from the last step back with reverse; kokoro_gpu.ops.lstm.lstm_bidirectional.");
+    m.def("conv_inverse_tiles", &conv_inverse_tiles, py::arg("products"), py::arg("inverse_t"),
+          py::arg("bias"), py::arg("y"), py::arg("pairs"), py::arg("dilation"),
+          "A fast conv's step after its per-point GEMMs: products [P, Cout, dilation tiles] folded "
+          "(pairs Gauss blocks), times inverse_t [P - pairs, m], plus bias (or None), into y "
+          "[Cout, tiles m dilation] (a view with strided rows allowed) in time order; "
+          "kokoro_gpu.ops.fast_conv.inverse_tiles.");
+    m.def("conv_forward_tiles", &conv_forward_tiles, py::arg("x"), py::arg("forward_t"), py::arg("points"),
+          py::arg("pairs"), py::arg("m"), py::arg("dilation"),
+          "A fast conv's step before its per-point GEMMs: the tiles (m apart, n = forward_t's size) of x "
+          "[Cin, ...] (the padded input from the chunk's first sample; a view with strided rows allowed) "
+          "through forward_t [n, n], plus pairs Gauss sums, into points [n + pairs, Cin, dilation tiles]; "
+          "kokoro_gpu.ops.fast_conv.forward_tiles.");
+    m.attr("conv_max_tile_outputs") = kokoro::cpu::kMaxTileOutputs;
 }
