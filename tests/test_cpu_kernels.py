@@ -272,6 +272,7 @@ def test_prepared_conv1d_with_kernels_matches_definition(rng, monkeypatch, metho
     NumPy path: within float32 rounding (relative error norm 5e-6, as the NumPy path's own test); an
     odd tile count, chunks ending mid-range, a last partial chunk, two threads writing side by side."""
     monkeypatch.setattr(fast_conv, "worker_count", lambda: workers)
+    monkeypatch.setattr(fast_conv, "_MIN_PART_TILES", 1)  # short ranges split too
     if chunk_columns:
         monkeypatch.setattr(fast_conv, "_CHUNK_COLUMNS", chunk_columns)
     for bias in (False, True):

@@ -64,6 +64,11 @@ Method = Literal["gemm", "winograd", "dft"]
 # Output columns (tiles x m x dilation) of one chunk: the points of a chunk
 # (P x C of them per tile) stay within the caches while keeping GEMMs large.
 _CHUNK_COLUMNS = 1 << 12
+# Tiles below which a conv's tile range is not split across worker threads: parts of fewer tiles
+# run GEMMs of few columns (a range split in two: 1.34x the work at 90 tiles, 1.08x at 387, 1.00x
+# at 536, one core), and where convs are that short the generator's other branches keep the second
+# core busy.
+_MIN_PART_TILES = 256
 # Output channels from which a "gemm" layer is split across worker threads.
 _SPLIT_MIN_CHANNELS = 256
 # Interpolation points of Winograd F(6, 3) (plus the point at infinity): the
@@ -307,8 +312,9 @@ class PreparedConv1d:
         t_out = conv1d_out_len(t_in, self.k, 1, self.pad, d)
         n_tiles = self._tiles(t_out)
         y = np.empty((c_out, n_tiles * m * d), dtype=self.dtype)
-        # The tiles are independent: one contiguous range of them per worker thread.
-        bounds = np.linspace(0, n_tiles, min(worker_count(), n_tiles) + 1).astype(int)
+        # The tiles are independent: one contiguous range of them per worker thread, if long enough.
+        parts = max(1, min(worker_count(), n_tiles * d // _MIN_PART_TILES))
+        bounds = np.linspace(0, n_tiles, parts + 1).astype(int)
         run_parallel([partial(self._tile_range, xp, y, int(a), int(b))
                       for a, b in itertools.pairwise(bounds)])
         return y[:, :t_out]
