@@ -77,6 +77,14 @@ void require_contiguous_rows(const py::buffer_info& info, int64_t cols, const ch
                                     std::to_string(cols) + " columns");
 }
 
+// Throws unless `a` is a C-contiguous 3-D float32 array (and writeable, if asked).
+void require_contiguous_3d(const py::array& a, const char* name, bool writeable) {
+    if (!py::isinstance<py::array_t<float>>(a) || a.ndim() != 3 || !(a.flags() & py::array::c_style) ||
+        (writeable && !a.writeable()))
+        throw std::invalid_argument(std::string(name) + " must be a " + (writeable ? "writeable " : "") +
+                                    "C-contiguous 3-D float32 array");
+}
+
 void lstm_recurrence(py::buffer gates_in, py::buffer w_hh_t, py::buffer out, bool reverse) {
     const py::buffer_info gi = gates_in.request(), wi = w_hh_t.request(), oi = out.request(true);
     if (wi.ndim != 2 || wi.shape[1] != 4 * wi.shape[0])
@@ -99,9 +107,7 @@ void lstm_recurrence(py::buffer gates_in, py::buffer w_hh_t, py::buffer out, boo
 
 void conv_inverse_tiles(const py::array& products, py::buffer inverse_t,
                         const std::optional<FloatArray>& bias, py::buffer y, int64_t pairs, int64_t dilation) {
-    if (!py::isinstance<py::array_t<float>>(products) || products.ndim() != 3 ||
-        !(products.flags() & py::array::c_style))
-        throw std::invalid_argument("products must be a C-contiguous 3-D float32 array");
+    require_contiguous_3d(products, "products", false);
     const py::buffer_info pi = products.request(), ai = inverse_t.request(), yi = y.request(true);
     kokoro::cpu::InverseTiles spec;
     spec.points = pi.shape[0];
@@ -133,9 +139,7 @@ void conv_inverse_tiles(const py::array& products, py::buffer inverse_t,
 void conv_forward_tiles(py::buffer x, py::buffer forward_t, py::array& points, int64_t pairs, int64_t m,
                         int64_t dilation) {
     const py::buffer_info xi = x.request(), bi = forward_t.request();
-    if (!py::isinstance<py::array_t<float>>(points) || points.ndim() != 3 ||
-        !(points.flags() & py::array::c_style) || !points.writeable())
-        throw std::invalid_argument("points must be a writeable C-contiguous 3-D float32 array");
+    require_contiguous_3d(points, "points", true);
     const py::buffer_info pi = points.request(true);
     kokoro::cpu::ForwardTiles spec;
     spec.n = bi.ndim == 2 ? bi.shape[1] : 0;
