@@ -16,7 +16,11 @@ chunks submitted together share their longest one's deadline (then longer
 first, which evens out the lanes), then arrival order. A worker takes a
 share of the queue that shrinks as it empties (the queue over twice the
 lanes, at most ``max_batch``), so lanes that took long chunks and lanes that
-took short ones finish together. With one lane, an idle backend's first
+took short ones finish together. Urgent chunks (a listener is already waiting:
+a stream's first chunk) at the head of the queue go in calls of their own, the
+urgent queue over twice the lanes, so that under load a first chunk shares its
+call only with other first chunks, not with the chunks of streams that are
+ahead. With one lane, an idle backend's first
 chunk waits at most ``gather_s`` for companions (with several, a free lane
 starts at once: the next chunks go to the other lanes). Scheduling is per chunk: a caller
 with a long text submits its chunks one (or a few) at a time, so other
@@ -30,6 +34,7 @@ finishes or cancels what is queued.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import logging
@@ -70,7 +75,9 @@ class ChunkSpec:
     ``seed`` makes a non-deterministic chunk reproducible (None: fresh);
     ``priority`` orders the queue, lower first (a server passes the time by which
     a listener needs the chunk, so a new stream's first chunk is not queued
-    behind a long stream's tenth, nor a stream that is falling behind behind both).
+    behind a long stream's tenth, nor a stream that is falling behind behind both);
+    ``urgent``: a listener is waiting for it now (a stream's first chunk): at the head of the
+    queue it runs in a call of urgent chunks only, which lands sooner than a shared one.
     """
 
     input_ids: np.ndarray
@@ -79,6 +86,7 @@ class ChunkSpec:
     seed: int | None = None
     deterministic: bool = False
     priority: float = 0.0
+    urgent: bool = False
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,7 @@ class ChunkScheduler:
         self._on_wait = on_wait
         self._heap: list[_Entry] = []
         self._queued = 0  # entries in the heap not cancelled
+        self._urgent = 0  # of them, urgent
         self._running = [0] * self.lanes  # chunks on each lane now
         self._order = itertools.count()
         self._cond = threading.Condition()
@@ -182,19 +191,21 @@ class ChunkScheduler:
                 )
                 heapq.heappush(self._heap, entry)
             self._queued += len(specs)
+            self._urgent += sum(spec.urgent for spec in specs)
             self._cond.notify_all()
-        for future in futures:
-            future.add_done_callback(self._forget_if_cancelled)
+        for spec, future in zip(specs, futures, strict=True):
+            future.add_done_callback(functools.partial(self._forget_if_cancelled, spec.urgent))
         return futures
 
     async def submit_async(self, spec: ChunkSpec) -> ChunkOutput:
         """``submit`` for asyncio: awaiting gives the output; cancelling the task cancels the chunk."""
         return await asyncio.wrap_future(self.submit(spec))
 
-    def _forget_if_cancelled(self, future: Future[ChunkOutput]) -> None:
+    def _forget_if_cancelled(self, urgent: bool, future: Future[ChunkOutput]) -> None:
         if future.cancelled():
             with self._cond:
                 self._queued -= 1
+                self._urgent -= urgent
                 # Cancelled entries stay in the heap until popped; prune when they dominate it.
                 if len(self._heap) > 2 * self._queued + 64:
                     self._heap = [e for e in self._heap if not e.future.cancelled()]
@@ -220,13 +231,13 @@ class ChunkScheduler:
 
     # ---------------------------------------------------------------- worker
 
-    def _share(self) -> int:
-        """How many chunks a free lane takes: the queue over twice the lanes, within 1 .. max_batch.
+    def _share(self, queued: int) -> int:
+        """How many chunks a free lane takes: ``queued`` over twice the lanes, within 1 .. max_batch.
 
         Early shares are large (stacked token phases), the last ones small, so that the lanes'
         work evens out as the queue drains (guided self-scheduling).
         """
-        return max(1, min(self.max_batch, -(-self._queued // (2 * self.lanes))))
+        return max(1, min(self.max_batch, -(-queued // (2 * self.lanes))))
 
     def _take_batch(self, lane: int) -> list[_Entry] | None:
         """Wait for chunks and pop this lane's share of them (marked running); None when done."""
@@ -236,21 +247,30 @@ class ChunkScheduler:
                     self._cond.wait()
                 if not self._heap:
                     return None
+                while self._heap and self._heap[0].future.cancelled():
+                    heapq.heappop(self._heap)  # counted out when cancelled
+                if not self._heap:
+                    continue
+                urgent = self._heap[0].spec.urgent
                 # One idle lane: the first chunk waits a little for companions; a chunk that waited
                 # while the lane was busy has used its window up and goes at once.
-                if self.lanes == 1 and not self._running[0]:
+                if self.lanes == 1 and not self._running[0] and not urgent:
                     oldest = min(e.arrived for e in self._heap[: self.max_batch])
                     while self._queued < self.max_batch and not self._closing:
                         remaining = oldest + self.gather_s - time.monotonic()
                         if remaining <= 0 or not self._heap:
                             break
                         self._cond.wait(remaining)
-                share = self._share() if self.lanes > 1 else self.max_batch
+                if urgent:  # a call of urgent chunks only, sized for the urgent queue
+                    share = self._share(self._urgent)
+                else:
+                    share = self._share(self._queued) if self.lanes > 1 else self.max_batch
                 batch: list[_Entry] = []
-                while self._heap and len(batch) < share:
+                while self._heap and len(batch) < share and (self._heap[0].spec.urgent or not urgent):
                     entry = heapq.heappop(self._heap)
                     if entry.future.set_running_or_notify_cancel():
                         self._queued -= 1
+                        self._urgent -= entry.spec.urgent
                         batch.append(entry)
                 if batch:
                     self._running[lane] = len(batch)

@@ -302,6 +302,55 @@ def test_lanes_take_shrinking_shares_and_every_chunk_once():
     assert backend.most_active == 3
 
 
+class TakeOrderBackend(LaneBackend):
+    """Records each call's tags in the order the lanes take them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.taken_tags: list[list[int]] = []
+
+    def forward_on_lane(self, lane, items, *, deterministic, on_result=None):
+        with self.lock:
+            self.taken_tags.append([int(ids[1]) for ids, *_ in items])
+        return super().forward_on_lane(lane, items, deterministic=deterministic, on_result=on_result)
+
+
+@pytest.mark.parametrize("urgent", [True, False])
+def test_urgent_chunks_at_the_head_run_in_calls_of_their_own(urgent: bool):
+    """Three lanes held busy while 8 chunks due now (a server's first chunks) and 30 due later queue up:
+    urgent ones go first in calls of urgent chunks only, the urgent queue over twice the lanes (8 / 6 ->
+    2, then single ones); unmarked, the same head shares its calls with the chunks behind it."""
+    backend = TakeOrderBackend()
+    for gate in backend.lane_gates:
+        gate.clear()
+    with ChunkScheduler(backend, max_batch=16, gather_s=0) as scheduler:
+        blockers = []
+        for lane in range(3):  # one chunk on each lane, held
+            blockers.append(scheduler.submit(_spec(100 + lane, priority=-1.0)))
+            deadline = time.monotonic() + 10
+            while sum(started.is_set() for started in backend.lane_started) <= lane:
+                assert time.monotonic() < deadline, "a lane did not start"
+                time.sleep(0.001)
+        later = scheduler.submit_many([_spec(k + 1, priority=10.0) for k in range(30)])
+        due = [scheduler.submit(_spec(50 + k, priority=1.0, urgent=urgent)) for k in range(8)]
+        for gate in backend.lane_gates:
+            gate.set()
+        for future in blockers + later + due:
+            assert future.result(timeout=10).audio.size
+    calls = backend.taken_tags[3:]
+    due_tags = set(range(50, 58))
+    assert sorted(t for call in calls for t in call) == sorted([*range(1, 31), *due_tags])
+    first_due = [call for call in calls if due_tags & set(call)]
+    if urgent:
+        assert all(set(call) <= due_tags for call in first_due), calls
+        assert len(first_due[0]) == 2 and max(len(call) for call in first_due) == 2
+        assert all(due_tags & set(call) for call in calls[: len(first_due)]), "urgent calls go first"
+    else:
+        # 38 queued over 3 lanes: the first share (7) takes the 8 due chunks' first 7 with nothing else,
+        # the next one the last due chunk with 5 later ones.
+        assert any(not set(call) <= due_tags for call in first_due), calls
+
+
 def test_one_lane_runs_one_call_at_a_time():
     """``lanes=1`` (a server's one-request-at-a-time mode): one worker, on the backend's lane 0."""
     backend = LaneBackend()

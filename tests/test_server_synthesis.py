@@ -21,7 +21,7 @@ import pytest
 from kokoro_gpu.config import ModelConfig
 from kokoro_gpu.scheduler import ChunkOutput, ChunkSpec
 from kokoro_gpu.server.speech import SpeechJob
-from kokoro_gpu.server.synthesis import SECONDS_PER_PHONEME, AudioPiece, Synthesizer
+from kokoro_gpu.server.synthesis import SECONDS_PER_PHONEME, AudioPiece, Synthesizer, warm_front_end
 
 pytest.importorskip("misaki")
 
@@ -89,10 +89,14 @@ def _phonemes(spec: ChunkSpec) -> int:
 def test_chunk_deadlines_add_the_audio_before_each_chunk(speed: float) -> None:
     # The engine's audio twice the estimate: deadlines then use the audio received where it is known.
     scheduler = RecordingScheduler(lambda spec: 2 * _phonemes(spec) * SECONDS_PER_PHONEME / speed)
+    # A server's pool is warmed first: a cold front end may take longer than the first chunk's audio.
+    warm_front_end(("en-us",))
     started = _run(scheduler, speed)
     specs = scheduler.specs
     assert len(specs) >= 4, "the text makes at least four chunks"
     assert abs(specs[0].priority - started) < 0.5, "the first chunk is due at the request"
+    # Due at once: the first chunk is urgent; the others, due after the audio before them, are not.
+    assert [s.urgent for s in specs] == [True] + [False] * (len(specs) - 1)
     estimate = [_phonemes(s) * SECONDS_PER_PHONEME / speed for s in specs]
     received = [2 * e for e in estimate]
     # Lookahead 2: chunk i is submitted once chunk i - 2 has been received, so the audio before it is

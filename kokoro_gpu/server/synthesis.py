@@ -13,7 +13,9 @@ a listener who started at the request would need it as its priority (request
 time + the audio before it: earliest deadline first, so first chunks go early
 and a stream falling behind catches up; the audio of chunks not yet made is
 estimated from their phonemes, so a stream's second chunk does not compete with
-other streams' first ones); chunk ``i`` uses ``seed + i``. The joins
+other streams' first ones); a chunk whose time has come (a stream's first, or one of a
+stream that fell behind) is marked urgent, so that it runs in a model call of
+urgent chunks only; chunk ``i`` uses ``seed + i``. The joins
 between chunks get a 5 ms raised-cosine fade out and in, so that no chunk
 boundary clicks; each chunk's audio is sent without its last 5 ms until the
 next chunk (or the end) says whether a join follows.
@@ -112,7 +114,7 @@ class Synthesizer:
             for future, _ in pending:
                 future.cancel()
 
-    def _spec(self, job: SpeechJob, chunk: Chunk, index: int, deadline: float) -> ChunkSpec:
+    def _spec(self, job: SpeechJob, chunk: Chunk, index: int, deadline: float, now: float) -> ChunkSpec:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # phoneme characters outside the vocab are dropped
             ids = phonemes_to_ids(chunk.phonemes, self.tts.config.vocab, self.tts.config.max_phonemes)
@@ -123,6 +125,7 @@ class Synthesizer:
             seed=None if job.seed is None else job.seed + index,
             deterministic=self.deterministic,
             priority=deadline,
+            urgent=deadline <= now,
         )
 
     async def audio(self, job: SpeechJob) -> AsyncIterator[AudioPiece]:
@@ -148,7 +151,7 @@ class Synthesizer:
                     return
                 # The audio before this chunk: what was received, and an estimate of what is in flight.
                 pending = sum(len(c.phonemes) for c, _ in inflight) * SECONDS_PER_PHONEME / job.speed
-                spec = self._spec(job, chunk, index, started + offset + pending)
+                spec = self._spec(job, chunk, index, started + offset + pending, time.monotonic())
                 inflight.append((chunk, self.scheduler.submit(spec)))
                 if index == 0:
                     first_submitted = time.perf_counter()
