@@ -30,6 +30,10 @@
 #   ARCH        CMAKE_CUDA_ARCHITECTURES (default 90a)
 #   NATIVE      0: both built without the engine (a CPU smoke test of this
 #               script, e.g. with TRAFFIC_ARGS="--device cpu --quick")
+#   PROFILE     after the rounds, each side's scripts/host_profile.py run
+#               under py-spy (on the PATH, or the PYSPY path; pip install
+#               py-spy), its summary to stdout and the profile to $OUT
+#   PROFILE_ARGS  host_profile.py run's arguments (default: --seconds 5)
 # Per round and side the bench table's rows go to stdout, prefixed "A1", "B1",
 # ... (a failed run: the end of its output to stderr); with $OUT set, each
 # round's JSON goes there too.
@@ -139,6 +143,27 @@ print(forms[0]['figures']['mixed_audio_s_per_s'])" "$json")")
             fi
         done
     done
+    if [[ -n "${PROFILE:-}" ]]; then
+        pyspy="${PYSPY:-$(command -v py-spy)}"
+        [[ -x "$pyspy" ]] || {
+            echo "ab_bench: PROFILE needs py-spy on the PATH or in PYSPY" >&2
+            exit 1
+        }
+        read -r -a profile_args <<< "${PROFILE_ARGS:---seconds 5}"
+        for side in a b; do
+            profile="${OUT:-$work}/profile_${side^^}.txt"
+            if PYTHONPATH="$work/site_$side${PYTHONPATH:+:$PYTHONPATH}" "$pyspy" record --native \
+                --rate 250 --format raw -o "$profile" -- \
+                python3 "$R/scripts/host_profile.py" run "${profile_args[@]}" \
+                > "$work/profile_$side.log" 2>&1; then
+                grep -v -e "^py-spy>" -e "^$" "$work/profile_$side.log" | sed "s/^/${side^^} /"
+                python3 "$R/scripts/host_profile.py" summary "$profile" --top 25 | sed "s/^/${side^^} /"
+            else
+                echo "ab_bench: the profile of ${side^^} failed; the end of its output:" >&2
+                tail -n 20 "$work/profile_$side.log" >&2
+            fi
+        done
+    fi
     ;;
 *)
     usage
