@@ -2,10 +2,9 @@
 # A/B of the engine in one call on a GPU machine: the working tree (B)
 # against a base revision (A), each built apart, then scripts/bench.py (or
 # bench_traffic.py) run in alternating rounds A, B, A, B, ... on the same warm
-# GPU. Timings compare
-# only within one such call (docs/PERFORMANCE.md: the batch moves by a few
-# percent between machines and runs), and a difference smaller than the
-# spread between rounds of one side is noise.
+# GPU. Timings compare only within one such call (docs/PERFORMANCE.md: the
+# batch moves by a few percent between machines and runs), and a difference
+# smaller than the spread between rounds of one side is noise.
 #
 #   scripts/ab_bench.sh prepare REV    # here: .ab/base.patch, the change since REV
 #   scripts/ab_bench.sh run [ROUNDS]   # there (default 2 rounds); carry .ab
@@ -45,6 +44,12 @@ SOURCES=(native kokoro_gpu build_backend CMakeLists.txt pyproject.toml README.md
 usage() {
     echo "usage: scripts/ab_bench.sh prepare REV | run [ROUNDS]" >&2
     exit 2
+}
+
+on_side() {  # a or b, then a command run on that side's build
+    local side="$1"
+    shift
+    PYTHONPATH="$work/site_$side${PYTHONPATH:+:$PYTHONPATH}" "$@"
 }
 
 build() {  # source directory, target directory
@@ -100,13 +105,12 @@ run)
     cd "$work"
     if [[ -n "${TESTS:-}" ]]; then
         read -r -a tests <<< "$TESTS"
-        PYTHONPATH="$work/site_b${PYTHONPATH:+:$PYTHONPATH}" \
-            python3 -m pytest -q "${tests[@]/#/$R/}" || echo "ab_bench: tests failed on B" >&2
+        on_side b python3 -m pytest -q "${tests[@]/#/$R/}" || echo "ab_bench: tests failed on B" >&2
     fi
     model="${MODEL:-}"
     if [[ "$bench" == traffic && -z "$model" ]]; then
         model="$work/random-model"
-        PYTHONPATH="$work/site_a${PYTHONPATH:+:$PYTHONPATH}" python3 -c \
+        on_side a python3 -c \
             "import sys; from kokoro_gpu.random_weights import write_model_dir; write_model_dir(sys.argv[1])" \
             "$model" || exit 1
     fi
@@ -124,8 +128,7 @@ run)
             else
                 command=("$R/scripts/bench.py" "${bench_args[@]}" --json "$json")
             fi
-            if PYTHONPATH="$work/site_$side${PYTHONPATH:+:$PYTHONPATH}" \
-                python3 "${command[@]}" > "$log" 2>&1; then
+            if on_side "$side" python3 "${command[@]}" > "$log" 2>&1; then
                 if [[ "$bench" == traffic ]]; then
                     sed "s/^/$name /" "$log"
                     if [[ ${#capacity[@]} -eq 0 ]]; then
@@ -152,7 +155,7 @@ print(forms[0]['figures']['mixed_audio_s_per_s'])" "$json")")
         read -r -a profile_args <<< "${PROFILE_ARGS:---seconds 5}"
         for side in a b; do
             profile="${OUT:-$work}/profile_${side^^}.txt"
-            if PYTHONPATH="$work/site_$side${PYTHONPATH:+:$PYTHONPATH}" "$pyspy" record --native \
+            if on_side "$side" "$pyspy" record --native \
                 --rate 250 --format raw -o "$profile" -- \
                 python3 "$R/scripts/host_profile.py" run "${profile_args[@]}" \
                 > "$work/profile_$side.log" 2>&1; then
