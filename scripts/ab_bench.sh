@@ -33,6 +33,9 @@
 #               under py-spy (on the PATH, or the PYSPY path; pip install
 #               py-spy), its summary to stdout and the profile to $OUT
 #   PROFILE_ARGS  host_profile.py run's arguments (default: --seconds 5)
+#   AB_WORK     the work directory (default: a new temporary one); a side
+#               already built there is reused, so that a second call on the
+#               same warm machine skips both builds
 # Per round and side the bench table's rows go to stdout, prefixed "A1", "B1",
 # ... (a failed run: the end of its output to stderr); with $OUT set, each
 # round's JSON goes there too.
@@ -59,6 +62,7 @@ build() {  # source directory, target directory
     [[ "${NATIVE:-1}" == 0 ]] && engine=() && skip=(KOKORO_NATIVE=0)
     (cd "$1" && env "${skip[@]}" python3 -m pip install --no-build-isolation --no-deps -q --target "$2" \
         "${engine[@]}" .) || {
+        rm -rf "$2"
         echo "ab_bench: building $1 failed" >&2
         exit 1
     }
@@ -88,17 +92,20 @@ run)
         echo "ab_bench: no $PATCH; run 'scripts/ab_bench.sh prepare REV' first and carry .ab" >&2
         exit 2
     }
-    work="$(mktemp -d)"
-    mkdir "$work/a"
-    (cd "$R" && cp -r "${SOURCES[@]}" "$work/a/")
-    if [[ -s "$PATCH" ]]; then
-        (cd "$work/a" && git apply -R "$PATCH") || {
-            echo "ab_bench: the patch does not reverse on this tree; prepare it again" >&2
-            exit 1
-        }
+    work="${AB_WORK:-$(mktemp -d)}"
+    mkdir -p "$work"
+    if [[ ! -d "$work/site_a" ]]; then
+        rm -rf "$work/a" && mkdir "$work/a"
+        (cd "$R" && cp -r "${SOURCES[@]}" "$work/a/")
+        if [[ -s "$PATCH" ]]; then
+            (cd "$work/a" && git apply -R "$PATCH") || {
+                echo "ab_bench: the patch does not reverse on this tree; prepare it again" >&2
+                exit 1
+            }
+        fi
+        build "$work/a" "$work/site_a"
     fi
-    build "$work/a" "$work/site_a"
-    build "$R" "$work/site_b"
+    [[ -d "$work/site_b" ]] || build "$R" "$work/site_b"
     read -r -a bench_args <<< "${BENCH_ARGS:---cases medium,batch --precision fast --no-torch --repeats 20}"
     read -r -a traffic_args <<< "${TRAFFIC_ARGS:---rounds 3 --first-seen 80 --arrival-seconds 4}"
     # From outside the tree, so that the source package does not shadow the builds.
@@ -110,7 +117,7 @@ run)
     model="${MODEL:-}"
     if [[ "$bench" == traffic && -z "$model" ]]; then
         model="$work/random-model"
-        on_side a python3 -c \
+        [[ -d "$model" ]] || on_side a python3 -c \
             "import sys; from kokoro_gpu.random_weights import write_model_dir; write_model_dir(sys.argv[1])" \
             "$model" || exit 1
     fi
